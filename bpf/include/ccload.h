@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * ccload.h: definitions shared by every ccload congestion control.
+ *
+ * Fixed-point scales
+ * ------------------
+ * BPF has no floating point, so every non-integer quantity is an integer
+ * scaled by one of the factors below. This is the only place they are
+ * defined; the Go loader (loader/params.go) converts user input with the
+ * same scales, and checks them against the object's BTF at load time.
+ *
+ *   FP_ONE (2^16)        dimensionless ratios: normalised power, the RTT
+ *                        gradient d(RTT)/dt, and PowerTCP's gamma.
+ *                        1.0 == 65536.
+ *   DCTCP_ALPHA_ONE      DCTCP's alpha, 1.0 == 1024, the scale the
+ *   (2^10)               kernel's own tcp_dctcp uses, so the arithmetic
+ *                        (and its rounding) matches it exactly.
+ *
+ * Units that are plain integers, not scaled:
+ *   time                 microseconds (us), as in tcp_sock->tcp_mstamp
+ *                        and rate_sample->rtt_us;
+ *   windows              bytes inside the algorithms, converted to
+ *                        packets (tp->mss_cache) only when written to
+ *                        tp->snd_cwnd;
+ *   bandwidth            bits per second (u64) in parameters, bytes per
+ *                        second in sk_pacing_rate.
+ */
+#ifndef CCLOAD_H
+#define CCLOAD_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define FP_SHIFT 16
+#define FP_ONE (1ULL << FP_SHIFT)
+
+#define DCTCP_ALPHA_SHIFT 10
+#define DCTCP_ALPHA_ONE (1U << DCTCP_ALPHA_SHIFT)
+
+#define USEC_PER_SEC 1000000ULL
+
+/* Not in vmlinux.h: these are #defines in the kernel headers. */
+#define TCP_CONG_NON_RESTRICTED 0x1
+#define TCP_CONG_NEEDS_ECN 0x2
+#define TCP_ECN_OK 1
+#define TCP_ECN_QUEUE_CWR 2
+#define TCP_ECN_DEMAND_CWR 4
+#define ICSK_ACK_TIMER 2
+#define ICSK_ACK_NOW 8
+#define SOL_TCP 6
+#define TCP_CONGESTION 13
+#define TCP_INFINITE_SSTHRESH 0x7fffffff
+
+/*
+ * Every ccload CC sets TCP_CONG_NON_RESTRICTED: without it, selecting the
+ * CC with the sysctl inside a non-init netns (a pod or container) fails
+ * with EPERM.
+ */
+#define CCLOAD_CC_FLAGS TCP_CONG_NON_RESTRICTED
+
+/*
+ * Counters every CC keeps in its "stats" map (BPF_MAP_TYPE_PERCPU_ARRAY,
+ * one u64 per key). The Go side (loader/stats.go) names them in the same
+ * order. Append only: the index is the ABI.
+ */
+enum ccload_stat {
+	STAT_SOCK_INIT = 0,	/* init() calls: sockets that picked this CC */
+	STAT_SOCK_RELEASE,	/* release() calls: sockets that left it */
+	STAT_ACKS,		/* ACKs the CC processed */
+	STAT_RTT_SAMPLES,	/* ACKs that carried a usable RTT sample */
+	STAT_CWND_UPDATES,	/* window recomputations */
+	STAT_LOSS_EVENTS,	/* entries into recovery or RTO */
+	STAT_ECN_CE_ACKS,	/* ACK rounds that reported CE marks (DCTCP) */
+	STAT_FALLBACKS,		/* sockets handed to the fallback CC (DCTCP) */
+	STAT_MAX,
+};
+
+#define CCLOAD_STATS_MAP                                                     \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                     \
+		__uint(max_entries, STAT_MAX);                               \
+		__type(key, __u32);                                          \
+		__type(value, __u64);                                        \
+	} stats SEC(".maps")
+
+static __always_inline void stat_add(void *map, __u32 key, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(map, &key);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline struct inet_connection_sock *inet_csk(const struct sock *sk)
+{
+	return (struct inet_connection_sock *)sk;
+}
+
+static __always_inline void *ca_priv(const struct sock *sk)
+{
+	return (void *)inet_csk(sk)->icsk_ca_priv;
+}
+
+/* Sequence-number comparisons with wrap-around, as in the kernel. */
+static __always_inline bool seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+static __always_inline __u64 min_u64(__u64 a, __u64 b)
+{
+	return a < b ? a : b;
+}
+
+static __always_inline __u64 max_u64(__u64 a, __u64 b)
+{
+	return a > b ? a : b;
+}
+
+#endif /* CCLOAD_H */

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ccload/ccload/loader"
+)
+
+func paramHelp() string {
+	var b strings.Builder
+	for _, cc := range loader.Builtin() {
+		fmt.Fprintf(&b, "\n%s — %s\n", cc.Name, cc.Summary)
+		for _, p := range cc.Params {
+			fmt.Fprintf(&b, "  %-15s %s (default %s; %s: %s)\n", p.Name, p.Doc, p.Default, p.Unit, p.Range())
+		}
+	}
+	return b.String()
+}
+
+func newListCmd(a *app) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List the CCs built into ccload, and which are attached",
+		Long: `List the congestion controls compiled into this ccload binary. For each:
+whether it is attached, how it is registered, whether it is the default of
+this network namespace, how many sockets use it, its parameters (live values
+when attached) and its counters.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			l := a.loader()
+			ccs, err := l.List()
+			if err != nil {
+				return err
+			}
+			kernel, _ := l.KernelCCs()
+			if asJSON {
+				return a.printJSON(struct {
+					CCs    []loader.CCStatus `json:"ccs"`
+					Kernel []string          `json:"kernel_registered"`
+				}{ccs, kernel})
+			}
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tATTACHED\tDEFAULT\tSOCKETS\tACKS\tPARAMS")
+			for _, s := range ccs {
+				att := "no"
+				if s.Attached {
+					att = "yes (" + string(s.Registration) + ")"
+				} else if s.Stale {
+					att = "stale pins"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\t%s\n", s.Name, att, yesNo(s.Default),
+					s.SocketsInUse, s.Stats["acks"], formatKV(s.Params))
+			}
+			tw.Flush()
+			fmt.Fprintf(a.out, "\nregistered in the kernel: %s\n", strings.Join(kernel, " "))
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newStatusCmd(a *app) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Check the kernel features ccload needs",
+		Long: `Check, one by one, what ccload needs from this machine: kernel BTF,
+struct_ops support for tcp_congestion_ops, how CCs get registered (links on
+6.4+, map updates before), which cong_control prototype the kernel has,
+capabilities, and bpffs. Exits 1 when a required check fails.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			checks := a.loader().Status()
+			failed := 0
+			for _, ch := range checks {
+				if !ch.OK {
+					failed++
+				}
+			}
+			if asJSON {
+				if err := a.printJSON(struct {
+					OK     bool           `json:"ok"`
+					Checks []loader.Check `json:"checks"`
+				}{failed == 0, checks}); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+				for _, ch := range checks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, yesNo(ch.OK), ch.Detail)
+					if ch.Fix != "" {
+						fmt.Fprintf(tw, "\t\tfix: %s\n", ch.Fix)
+					}
+				}
+				tw.Flush()
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d checks failed", failed, len(checks))
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newAttachCmd(a *app) *cobra.Command {
+	var (
+		params     []string
+		setDefault bool
+		asJSON     bool
+	)
+	c := &cobra.Command{
+		Use:   "attach NAME [--param name=value]... [--default]",
+		Short: "Register a CC with the kernel and pin it",
+		Long: `Register a congestion control with the kernel. It stays registered after
+ccload exits (it is pinned under /sys/fs/bpf/ccload/NAME) until 'ccload detach'.
+Attaching an attached CC changes nothing but the parameters given, and says so.
+
+Parameters (--param name=value, repeatable or comma-separated):` + paramHelp(),
+		Example: `  ccload attach theta_powertcp
+  ccload attach theta_powertcp --param base_rtt=20us,gamma=0.9 --param host_bw=25gbit
+  ccload attach bpf_dctcp --default`,
+		Args: exactArgs(1, "one CC name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			given, err := loader.ParseAssignments(params)
+			if err != nil {
+				return err
+			}
+			res, err := a.loader().Attach(loader.AttachRequest{Name: args[0], Params: given, SetDefault: setDefault})
+			if err != nil {
+				return fmt.Errorf("attach %s: %w", args[0], err)
+			}
+			if asJSON {
+				return a.printJSON(res)
+			}
+			for _, n := range res.Notes {
+				fmt.Fprintf(a.out, "note: %s\n", n)
+			}
+			if res.AlreadyAttached {
+				fmt.Fprintf(a.out, "%s is already attached (%s); nothing re-registered", res.Name, res.Registration)
+				if len(given) > 0 {
+					fmt.Fprintf(a.out, "; parameters updated")
+				}
+				fmt.Fprintln(a.out)
+			} else {
+				fmt.Fprintf(a.out, "attached %s (%s registration, %s), pinned at %s\n",
+					res.Name, res.Registration, res.CongControl, res.PinDir)
+			}
+			fmt.Fprintf(a.out, "parameters: %s\n", formatKV(res.Params))
+			if res.Default {
+				fmt.Fprintf(a.out, "net.ipv4.tcp_congestion_control = %s\n", res.Name)
+			} else {
+				fmt.Fprintf(a.out, "select it with: sysctl net.ipv4.tcp_congestion_control=%s, or setsockopt(TCP_CONGESTION)\n", res.Name)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringArrayVarP(&params, "param", "p", nil, "set a parameter, name=value (repeatable)")
+	c.Flags().BoolVar(&setDefault, "default", false, "also make it this network namespace's default CC (net.ipv4.tcp_congestion_control)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newSetCmd(a *app) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "set NAME name=value...",
+		Short: "Change parameters of an attached CC at run time",
+		Long: `Change parameters of an attached congestion control. The new values are
+written in one map update; every socket using the CC, including live ones,
+uses them from its next ACK. Parameters not named keep their values.
+
+Parameters:` + paramHelp(),
+		Example: `  ccload set theta_powertcp gamma=0.8
+  ccload set theta_powertcp base_rtt=0 host_bw=100gbit`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return usageError{cmd: c.Name(), err: fmt.Errorf("set expects a CC name and at least one name=value")}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			given, err := loader.ParseAssignments(args[1:])
+			if err != nil {
+				return err
+			}
+			vals, err := a.loader().Set(args[0], given)
+			if err != nil {
+				return fmt.Errorf("set %s: %w", args[0], err)
+			}
+			if asJSON {
+				return a.printJSON(struct {
+					Name   string            `json:"name"`
+					Params map[string]string `json:"params"`
+				}{args[0], vals})
+			}
+			fmt.Fprintf(a.out, "%s parameters: %s\n", args[0], formatKV(vals))
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newDetachCmd(a *app) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "detach NAME",
+		Short: "Unregister a CC and remove its pins",
+		Long: `Unregister a congestion control and remove its pins. New sockets can no
+longer select it. Sockets that already use it keep it, safely, until they
+close; ccload says how many there are. If it is the default CC of this
+network namespace, the default is set back to cubic first.`,
+		Args: exactArgs(1, "one CC name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			res, err := a.loader().Detach(args[0])
+			if err != nil {
+				return fmt.Errorf("detach %s: %w", args[0], err)
+			}
+			if asJSON {
+				return a.printJSON(res)
+			}
+			if !res.WasAttached {
+				fmt.Fprintf(a.out, "%s is not attached; nothing to do\n", res.Name)
+				return nil
+			}
+			if res.ResetDefault != "" {
+				fmt.Fprintf(a.out, "net.ipv4.tcp_congestion_control reset to %s\n", res.ResetDefault)
+			}
+			fmt.Fprintf(a.out, "detached %s", res.Name)
+			if res.SocketsInUse > 0 {
+				fmt.Fprintf(a.out, "; %d sockets still use it and keep it until they close", res.SocketsInUse)
+			}
+			fmt.Fprintln(a.out)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func formatKV(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, " ")
+}

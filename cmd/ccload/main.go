@@ -1,0 +1,131 @@
+// Command ccload loads datacenter congestion controls, written in BPF,
+// into the running Linux kernel, where any application can select them
+// like a built-in one.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ccload/ccload/loader"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// app carries what every subcommand needs; it replaces package globals.
+type app struct {
+	host   loader.Host
+	legacy bool
+	out    io.Writer
+}
+
+func (a *app) loader() *loader.Loader {
+	var opts []loader.Option
+	if a.legacy {
+		opts = append(opts, loader.WithRegistration(loader.RegLegacy))
+	}
+	return loader.New(a.host, opts...)
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the CLI and returns the process exit code: 0 on success,
+// 1 on failure, 2 on a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	a := &app{host: loader.DefaultHost(), out: stdout}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var uerr usageError
+	if errors.As(err, &uerr) {
+		fmt.Fprintf(stderr, "ccload: %v\nRun 'ccload %s --help' for usage.\n", err, uerr.cmd)
+		return 2
+	}
+	fmt.Fprintf(stderr, "ccload: %v\n", err)
+	if fix := loader.FixOf(err); fix != "" {
+		fmt.Fprintf(stderr, "  fix: %s\n", fix)
+	}
+	return 1
+}
+
+type usageError struct {
+	cmd string
+	err error
+}
+
+func (u usageError) Error() string { return u.err.Error() }
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ccload",
+		Short: "Load datacenter congestion controls (PowerTCP, DCTCP, ...) into Linux as BPF",
+		Long: `ccload registers congestion controls written in BPF with the running kernel.
+Once attached, a CC is picked like any built-in one:
+
+  sysctl net.ipv4.tcp_congestion_control=theta_powertcp   # default for new sockets
+  iperf3 -C theta_powertcp -c HOST                         # per socket (TCP_CONGESTION)
+
+Attached CCs are pinned under /sys/fs/bpf/ccload and stay registered after
+ccload exits, until 'ccload detach'.`,
+		Example: `  ccload status
+  ccload list
+  ccload attach theta_powertcp --param base_rtt=20us --param gamma=0.9
+  ccload set theta_powertcp gamma=0.8
+  ccload detach theta_powertcp`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&a.host.BPFFS, "bpffs", a.host.BPFFS,
+		"bpffs mount point; ccload pins under <bpffs>/ccload (mounted automatically when it is /sys/fs/bpf)")
+	root.PersistentFlags().StringVar(&a.host.BTFPath, "kernel-btf", a.host.BTFPath,
+		"kernel BTF to read features from")
+	root.PersistentFlags().BoolVar(&a.legacy, "legacy-registration", false,
+		"register through a struct_ops map update, as on kernels before 6.4, even when links exist")
+	_ = root.PersistentFlags().MarkHidden("legacy-registration")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{cmd: c.Name(), err: err}
+	})
+	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
+		newDetachCmd(a), newVersionCmd(a))
+	return root
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{cmd: c.Name(), err: fmt.Errorf("%s expects %s, got %d arguments", c.Name(), what, len(args))}
+		}
+		return nil
+	}
+}
+
+func newVersionCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print ccload's version",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			fmt.Fprintln(a.out, "ccload", version)
+			return nil
+		},
+	}
+}

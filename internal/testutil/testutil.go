@@ -1,0 +1,39 @@
+// Package testutil holds the few helpers ccload's tests share: skipping
+// with a reason (or failing, in CI, where nothing may skip), and checks
+// for root and kernel features.
+package testutil
+
+import (
+	"os"
+	"testing"
+)
+
+// NoSkipEnv, when set to a non-empty value, turns every Skip into a
+// failure. CI sets it: its machine has everything, so a skip there would
+// hide a test that did not run.
+const NoSkipEnv = "CCLOAD_NO_SKIP"
+
+// Skip skips t with reason, or fails it when NoSkipEnv is set.
+func Skip(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv(NoSkipEnv) != "" {
+		t.Fatalf("cannot run (and %s forbids skipping): %s", NoSkipEnv, reason)
+	}
+	t.Skip(reason)
+}
+
+// RequireRoot skips t unless the process runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_ADMIN) to load BPF and create network namespaces")
+	}
+}
+
+// RequireFile skips t unless path exists; what names the feature.
+func RequireFile(t testing.TB, path, what string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		Skip(t, what+" is missing: "+err.Error())
+	}
+}

@@ -1,0 +1,358 @@
+package loader
+
+// Tests in this file load the real BPF objects into the running kernel.
+// They need root; they use their own pin directory so they never touch a
+// user's attached CCs, and they clean up even when they fail.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/testutil"
+)
+
+// testHost returns a Host whose pins go to a directory private to this
+// test process.
+func testHost(t testing.TB) Host {
+	t.Helper()
+	h := DefaultHost()
+	h.PinDir = fmt.Sprintf("ccload-test-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(h.BPFFS, h.PinDir)) })
+	return h
+}
+
+// requireKernelCC skips unless this process can load BPF CCs here, and
+// fails if name is already registered by someone else.
+func requireKernelCC(t testing.TB, names ...string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
+	for _, n := range names {
+		if ok, _ := isRegistered("/proc/sys", n); ok {
+			t.Fatalf("%s is already registered in this kernel; detach it (ccload detach %s) before running the tests", n, n)
+		}
+	}
+}
+
+// attachForTest attaches name and detaches it when the test ends.
+func attachForTest(t testing.TB, l *Loader, req AttachRequest) *AttachResult {
+	t.Helper()
+	res, err := l.Attach(req)
+	if err != nil {
+		t.Fatalf("attach %s: %v (fix: %s)", req.Name, err, FixOf(err))
+	}
+	t.Cleanup(func() {
+		if _, err := l.Detach(req.Name); err != nil {
+			t.Errorf("cleanup: detach %s: %v", req.Name, err)
+		}
+	})
+	return res
+}
+
+func registered(t testing.TB, name string) bool {
+	t.Helper()
+	ok, err := isRegistered("/proc/sys", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestAttachDetachLifecycle(t *testing.T) {
+	for _, cc := range Builtin() {
+		for _, reg := range []Registration{RegLink, RegLegacy} {
+			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
+				requireKernelCC(t, cc.Name)
+				l := New(testHost(t), WithRegistration(reg))
+
+				res := attachForTest(t, l, AttachRequest{Name: cc.Name})
+				if res.AlreadyAttached || res.Registration != reg {
+					t.Fatalf("attach result %+v", res)
+				}
+				if !registered(t, cc.Name) {
+					t.Fatalf("%s not in tcp_available_congestion_control after attach", cc.Name)
+				}
+				pin := pinOps
+				if reg == RegLink {
+					pin = pinLink
+				}
+				for _, p := range []string{pin, pinParams, pinStats} {
+					if !exists(filepath.Join(l.PinDir(cc.Name), p)) {
+						t.Errorf("pin %s missing", p)
+					}
+				}
+
+				// Attaching again is idempotent and says so.
+				again, err := l.Attach(AttachRequest{Name: cc.Name})
+				if err != nil || !again.AlreadyAttached {
+					t.Fatalf("second attach = %+v, %v; want AlreadyAttached", again, err)
+				}
+
+				det, err := l.Detach(cc.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !det.WasAttached {
+					t.Errorf("detach result %+v, want WasAttached", det)
+				}
+				if registered(t, cc.Name) {
+					t.Fatalf("%s still registered after detach", cc.Name)
+				}
+				if exists(l.PinDir(cc.Name)) {
+					t.Fatalf("pins left in %s after detach", l.PinDir(cc.Name))
+				}
+				// Detaching again is a no-op.
+				if det, err := l.Detach(cc.Name); err != nil || det.WasAttached {
+					t.Fatalf("second detach = %+v, %v", det, err)
+				}
+			})
+		}
+	}
+}
+
+func TestAttachUpdatesParamsWhenAttached(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp")
+	l := New(testHost(t))
+	attachForTest(t, l, AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "0.9", "host_bw": "10gbit"}})
+
+	res, err := l.Attach(AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "0.5"}})
+	if err != nil || !res.AlreadyAttached {
+		t.Fatalf("re-attach: %+v, %v", res, err)
+	}
+	if res.Params["gamma"] != "0.5" || res.Params["host_bw"] != "10gbit" {
+		t.Fatalf("params after re-attach: %v", res.Params)
+	}
+
+	vals, err := l.Set("theta_powertcp", map[string]string{"base_rtt": "40us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vals["base_rtt"] != "40us" || vals["gamma"] != "0.5" {
+		t.Fatalf("params after set: %v", vals)
+	}
+	list, err := l.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(list, func(s CCStatus) bool { return s.Name == "theta_powertcp" })
+	if i < 0 || !list[i].Attached || list[i].Params["base_rtt"] != "40us" {
+		t.Fatalf("list: %+v", list)
+	}
+
+	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "7"}); !IsKind(err, KindBadParam) {
+		t.Fatalf("set gamma=7: %v, want bad parameter", err)
+	}
+	if vals, _ := l.Set("theta_powertcp", map[string]string{"expected_flows": "10"}); vals["gamma"] != "0.5" {
+		t.Fatalf("a rejected set changed the parameters: %v", vals)
+	}
+}
+
+// syntheticBTF writes a BTF blob that lacks struct_ops support, as an old
+// kernel's would.
+func syntheticBTF(t *testing.T) string {
+	t.Helper()
+	var b btf.Builder
+	if _, err := b.Add(&btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := b.Marshal(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "vmlinux")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// withoutCaps runs fn on a fresh OS thread whose effective capability set
+// lacks caps. Capabilities are per thread, so the rest of the test process
+// keeps them; the thread exits with its goroutine and is never reused.
+func withoutCaps(t *testing.T, caps []uint, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // no Unlock: the thread dies with the goroutine
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			t.Error(err)
+			return
+		}
+		for _, c := range caps {
+			data[c/32].Effective &^= 1 << (c % 32)
+		}
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			t.Error(err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+func TestAttachErrors(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp", "bpf_dctcp")
+
+	fakeProcSys := func(t *testing.T) string {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "net/ipv4"), 0o755)
+		os.WriteFile(filepath.Join(dir, sysctlAvailable), []byte("reno cubic\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, sysctlDefault), []byte("cubic\n"), 0o644)
+		return dir
+	}
+
+	tests := []struct {
+		name  string
+		host  func(t *testing.T) Host
+		req   AttachRequest
+		setup func(t *testing.T)
+		wrap  func(t *testing.T, fn func())
+		kind  Kind
+	}{
+		{name: "unknown CC", req: AttachRequest{Name: "powertcp_v9"}, kind: KindUnknownCC},
+		{name: "bad value", req: AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "1.5"}}, kind: KindBadParam},
+		{name: "missing unit", req: AttachRequest{Name: "theta_powertcp", Params: map[string]string{"base_rtt": "20"}}, kind: KindBadParam},
+		{name: "unknown parameter", req: AttachRequest{Name: "bpf_dctcp", Params: map[string]string{"gamma": "0.9"}}, kind: KindBadParam},
+		{
+			name: "no BTF",
+			host: func(t *testing.T) Host { h := testHost(t); h.BTFPath = "/nonexistent/vmlinux"; return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindNoBTF,
+		},
+		{
+			name: "kernel too old",
+			host: func(t *testing.T) Host { h := testHost(t); h.BTFPath = syntheticBTF(t); return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindKernelTooOld,
+		},
+		{
+			name: "bpffs not mounted",
+			host: func(t *testing.T) Host { h := testHost(t); h.BPFFS = t.TempDir(); return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindNoBPFFS,
+		},
+		{
+			name: "no CAP_BPF",
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindMissingCaps,
+			wrap: func(t *testing.T, fn func()) {
+				// CAP_SYS_ADMIN also grants BPF, so drop both.
+				withoutCaps(t, []uint{unix.CAP_SYS_ADMIN, unix.CAP_BPF}, fn)
+			},
+		},
+		{
+			name: "name registered by someone else",
+			req:  AttachRequest{Name: "bpf_dctcp"}, kind: KindNameTaken,
+			setup: func(t *testing.T) {
+				// Register bpf_dctcp the way another tool would: a link
+				// held by this process, with no ccload pins.
+				spec, err := loadDctcp()
+				if err != nil {
+					t.Fatal(err)
+				}
+				coll, err := ebpf.NewCollection(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { coll.Close() })
+				lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: coll.Maps["bpf_dctcp"]})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { lnk.Close() })
+			},
+		},
+		{
+			// The kernel accepts the CC, but the check that follows fails:
+			// the attach must roll back completely.
+			name: "failure after registration rolls back",
+			host: func(t *testing.T) Host { h := testHost(t); h.ProcSys = fakeProcSys(t); return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindUnknown,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := testHost(t)
+			if tt.host != nil {
+				h = tt.host(t)
+			}
+			if tt.setup != nil {
+				tt.setup(t)
+			}
+			l := New(h)
+			var err error
+			call := func() { _, err = l.Attach(tt.req) }
+			if tt.wrap != nil {
+				tt.wrap(t, call)
+			} else {
+				call()
+			}
+			if err == nil {
+				l.Detach(tt.req.Name)
+				t.Fatalf("attach succeeded, want an error of kind %v", tt.kind)
+			}
+			t.Logf("error: %v\n  fix: %s", err, FixOf(err))
+			if tt.kind != KindUnknown {
+				if !IsKind(err, tt.kind) {
+					t.Fatalf("error %v is not of kind %q", err, tt.kind)
+				}
+				if FixOf(err) == "" {
+					t.Fatalf("error %v carries no fix", err)
+				}
+			}
+			// Nothing left behind: no pins, no registration by us.
+			if exists(l.PinDir(tt.req.Name)) {
+				t.Errorf("pins left in %s", l.PinDir(tt.req.Name))
+			}
+			entries, _ := os.ReadDir(filepath.Join(h.BPFFS, h.PinDir))
+			if len(entries) != 0 {
+				t.Errorf("leftovers in the pin root: %v", entries)
+			}
+			if tt.setup == nil && registered(t, tt.req.Name) {
+				t.Errorf("%s is registered after a failed attach", tt.req.Name)
+			}
+		})
+	}
+}
+
+func TestNotAttachedErrors(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp")
+	l := New(testHost(t))
+	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "0.5"}); !IsKind(err, KindNotAttached) {
+		t.Fatalf("set on a detached CC: %v", err)
+	}
+	if _, err := l.Set("nope", map[string]string{"gamma": "0.5"}); !IsKind(err, KindUnknownCC) {
+		t.Fatalf("set on an unknown CC: %v", err)
+	}
+	if _, err := l.Detach("nope"); !IsKind(err, KindUnknownCC) {
+		t.Fatalf("detach of an unknown CC: %v", err)
+	}
+	if res, err := l.Detach("theta_powertcp"); err != nil || res.WasAttached {
+		t.Fatalf("detach of a detached CC: %+v, %v", res, err)
+	}
+}
+
+func TestStatusChecks(t *testing.T) {
+	requireKernelCC(t)
+	checks := New(testHost(t)).Status()
+	for _, c := range checks {
+		if !c.OK {
+			t.Errorf("check %s failed on this machine: %s (fix: %s)", c.Name, c.Detail, c.Fix)
+		}
+	}
+	h := testHost(t)
+	h.BTFPath = "/nonexistent"
+	bad := New(h).Status()
+	if i := slices.IndexFunc(bad, func(c Check) bool { return c.Name == "kernel BTF" }); i < 0 || bad[i].OK || bad[i].Fix == "" {
+		t.Fatalf("status without BTF: %+v", bad)
+	}
+}
+

@@ -1,0 +1,376 @@
+package loader
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf/btf"
+)
+
+// Unit says how a parameter's text is parsed and how its value is stored
+// in the BPF params map. The fixed-point scales match bpf/include/ccload.h.
+type Unit int
+
+// Parameter units.
+const (
+	UnitCount     Unit = iota // a plain non-negative integer
+	UnitFraction              // a ratio such as 0.9 or 90%, stored ×Scale
+	UnitDuration              // a duration with a unit (20us, 1.5ms), stored in µs
+	UnitBandwidth             // a rate in bits/s (10gbit, 25G, 100mbit), stored in bits/s
+	UnitBytes                 // a size (64KB, 1MiB, 1500), stored in bytes
+)
+
+// String names the unit for help texts.
+func (u Unit) String() string {
+	switch u {
+	case UnitCount:
+		return "count"
+	case UnitFraction:
+		return "fraction"
+	case UnitDuration:
+		return "duration"
+	case UnitBandwidth:
+		return "bandwidth"
+	case UnitBytes:
+		return "bytes"
+	}
+	return "unit?"
+}
+
+// ParamSpec describes one run-time parameter of a congestion control.
+type ParamSpec struct {
+	Name    string // the name users type: gamma, base_rtt, ...
+	Field   string // the member of the BPF params struct that holds it
+	Unit    Unit
+	Scale   uint64 // for UnitFraction: the stored value of 1.0
+	Default string // default, as users would type it
+	Min     uint64 // smallest stored value allowed
+	Max     uint64 // largest stored value allowed
+	Zero    string // what 0 means, if 0 is allowed and special ("track min RTT")
+	Auto    bool   // "auto" is accepted and resolved by the loader
+	Doc     string // one line for --help and `ccload list`
+}
+
+// Parse converts the user's text into the stored value, checking the range.
+// "auto" is not handled here; see [ParamSpec.Auto].
+func (p ParamSpec) Parse(text string) (uint64, error) {
+	s := strings.TrimSpace(text)
+	if s == "" {
+		return 0, fmt.Errorf("%s: empty value", p.Name)
+	}
+	var v uint64
+	var err error
+	switch p.Unit {
+	case UnitCount:
+		v, err = strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			err = fmt.Errorf("%q is not a whole number", s)
+		}
+	case UnitFraction:
+		v, err = parseFraction(s, p.Scale)
+	case UnitDuration:
+		v, err = parseDurationUS(s)
+	case UnitBandwidth:
+		v, err = parseBandwidth(s)
+	case UnitBytes:
+		v, err = parseBytes(s)
+	default:
+		err = fmt.Errorf("unknown unit %d", p.Unit)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if v == 0 && p.Zero != "" {
+		return 0, nil
+	}
+	if v < p.Min || v > p.Max {
+		return 0, fmt.Errorf("%s=%s is out of range: allowed %s", p.Name, s, p.Range())
+	}
+	return v, nil
+}
+
+// Format renders a stored value the way users would type it.
+func (p ParamSpec) Format(v uint64) string {
+	if v == 0 && p.Zero != "" {
+		return "0"
+	}
+	switch p.Unit {
+	case UnitFraction:
+		s := strconv.FormatFloat(float64(v)/float64(p.Scale), 'f', 4, 64)
+		return strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
+	case UnitDuration:
+		return strings.ReplaceAll((time.Duration(v) * time.Microsecond).String(), "µs", "us")
+	case UnitBandwidth:
+		return formatBandwidth(v)
+	case UnitBytes:
+		return strconv.FormatUint(v, 10) + "B"
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+// Range describes the allowed values for error messages and help.
+func (p ParamSpec) Range() string {
+	r := fmt.Sprintf("%s to %s", p.Format(p.Min), p.Format(p.Max))
+	if p.Zero != "" {
+		r += fmt.Sprintf(", or 0 (%s)", p.Zero)
+	}
+	if p.Auto {
+		r += ", or auto"
+	}
+	return r
+}
+
+func parseFraction(s string, scale uint64) (uint64, error) {
+	pct := strings.HasSuffix(s, "%")
+	f, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number (write 0.9 or 90%%)", s)
+	}
+	if pct {
+		f /= 100
+	}
+	if f < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	if f > 1e6 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return uint64(math.Round(f * float64(scale))), nil
+}
+
+func parseDurationUS(s string) (uint64, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("%q needs a unit: write %sus or %sms", s, s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (write 20us, 1.5ms or 1s)", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	if d%time.Microsecond != 0 {
+		return 0, fmt.Errorf("%q is finer than a microsecond, the kernel's RTT resolution", s)
+	}
+	return uint64(d / time.Microsecond), nil
+}
+
+var bandwidthUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1},
+	{"t", 1e12}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3},
+}
+
+func parseBandwidth(s string) (uint64, error) {
+	l := strings.ToLower(s)
+	if strings.HasSuffix(l, "bps") || strings.HasSuffix(l, "b/s") {
+		return 0, fmt.Errorf("%q is ambiguous (bits or bytes?): write it in bits, e.g. 10gbit", s)
+	}
+	mult := 0.0
+	num := l
+	for _, u := range bandwidthUnits {
+		if strings.HasSuffix(l, u.suffix) {
+			mult, num = u.mult, strings.TrimSuffix(l, u.suffix)
+			break
+		}
+	}
+	if mult == 0 {
+		return 0, fmt.Errorf("%q needs a unit: write 10gbit, 100mbit or 25G (bits per second)", s)
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("%q is not a bandwidth (write 10gbit, 100mbit or 25G)", s)
+	}
+	if f*mult > 1e15 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return uint64(math.Round(f * mult)), nil
+}
+
+func formatBandwidth(v uint64) string {
+	for _, u := range bandwidthUnits[:4] {
+		if float64(v) >= u.mult {
+			return strconv.FormatFloat(float64(v)/u.mult, 'f', -1, 64) + u.suffix
+		}
+	}
+	return strconv.FormatUint(v, 10) + "bit"
+}
+
+var byteUnits = []struct {
+	suffix string
+	mult   uint64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30},
+	{"kb", 1000}, {"mb", 1000 * 1000}, {"gb", 1000 * 1000 * 1000},
+	{"k", 1000}, {"m", 1000 * 1000}, {"g", 1000 * 1000 * 1000}, {"b", 1},
+}
+
+func parseBytes(s string) (uint64, error) {
+	l := strings.ToLower(s)
+	mult := uint64(1)
+	num := l
+	for _, u := range byteUnits {
+		if strings.HasSuffix(l, u.suffix) {
+			mult, num = u.mult, strings.TrimSuffix(l, u.suffix)
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("%q is not a size (write 1500, 64KB or 1MiB)", s)
+	}
+	if f*float64(mult) > 1<<40 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return uint64(math.Round(f * float64(mult))), nil
+}
+
+// ParseAssignments splits "name=value" strings into a map, rejecting
+// duplicates and malformed items.
+func ParseAssignments(items []string) (map[string]string, error) {
+	out := make(map[string]string, len(items))
+	for _, it := range items {
+		for _, kv := range strings.Split(it, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || name == "" {
+				return nil, newError(KindBadParam, "write parameters as name=value, e.g. gamma=0.9",
+					nil, "parameter %q is not of the form name=value", kv)
+			}
+			if _, dup := out[name]; dup {
+				return nil, newError(KindBadParam, "give each parameter once", nil,
+					"parameter %q is given twice", name)
+			}
+			out[name] = val
+		}
+	}
+	return out, nil
+}
+
+// paramLayout locates each parameter in the BPF params struct, from the
+// object's BTF, so the Go side never hard-codes offsets.
+type paramLayout struct {
+	size   uint32
+	fields map[string]fieldLoc
+}
+
+type fieldLoc struct {
+	off, size uint32
+}
+
+func newParamLayout(value btf.Type, specs []ParamSpec) (*paramLayout, error) {
+	st, ok := btf.As[*btf.Struct](value)
+	if !ok {
+		return nil, fmt.Errorf("params map value is %T, not a struct", value)
+	}
+	l := &paramLayout{size: st.Size, fields: map[string]fieldLoc{}}
+	for _, p := range specs {
+		found := false
+		for _, m := range st.Members {
+			if m.Name != p.Field {
+				continue
+			}
+			sz, err := btf.Sizeof(m.Type)
+			if err != nil {
+				return nil, fmt.Errorf("size of %s.%s: %w", st.Name, m.Name, err)
+			}
+			if sz != 4 && sz != 8 {
+				return nil, fmt.Errorf("%s.%s is %d bytes; only 4 and 8 are supported", st.Name, m.Name, sz)
+			}
+			l.fields[p.Name] = fieldLoc{off: m.Offset.Bytes(), size: uint32(sz)}
+			found = true
+		}
+		if !found {
+			return nil, fmt.Errorf("parameter %s: struct %s has no member %s", p.Name, st.Name, p.Field)
+		}
+	}
+	return l, nil
+}
+
+func (l *paramLayout) get(buf []byte, name string) uint64 {
+	f := l.fields[name]
+	if f.size == 4 {
+		return uint64(binary.NativeEndian.Uint32(buf[f.off:]))
+	}
+	return binary.NativeEndian.Uint64(buf[f.off:])
+}
+
+func (l *paramLayout) put(buf []byte, name string, v uint64) error {
+	f := l.fields[name]
+	if f.size == 4 {
+		if v > math.MaxUint32 {
+			return fmt.Errorf("%s: %d does not fit in 32 bits", name, v)
+		}
+		binary.NativeEndian.PutUint32(buf[f.off:], uint32(v))
+		return nil
+	}
+	binary.NativeEndian.PutUint64(buf[f.off:], v)
+	return nil
+}
+
+// resolveParams turns user assignments into stored values. Parameters not
+// given keep the value in cur (or their default when cur is nil). auto
+// resolves "auto" values.
+func resolveParams(specs []ParamSpec, given map[string]string, cur map[string]uint64,
+	auto func(ParamSpec) (uint64, string, error)) (map[string]uint64, []string, error) {
+	byName := map[string]ParamSpec{}
+	for _, p := range specs {
+		byName[p.Name] = p
+	}
+	for name := range given {
+		if _, ok := byName[name]; !ok {
+			return nil, nil, newError(KindBadParam, "valid parameters: "+paramNames(specs), nil,
+				"unknown parameter %q", name)
+		}
+	}
+	out := map[string]uint64{}
+	var notes []string
+	for _, p := range specs {
+		text, ok := given[p.Name]
+		if !ok {
+			if v, have := cur[p.Name]; have {
+				out[p.Name] = v
+				continue
+			}
+			text = p.Default
+		}
+		if p.Auto && strings.EqualFold(strings.TrimSpace(text), "auto") {
+			v, note, err := auto(p)
+			if err != nil {
+				return nil, nil, newError(KindBadParam, "set it explicitly, e.g. "+p.Name+"=25gbit", err,
+					"cannot resolve %s=auto", p.Name)
+			}
+			out[p.Name] = v
+			if note != "" {
+				notes = append(notes, note)
+			}
+			continue
+		}
+		v, err := p.Parse(text)
+		if err != nil {
+			return nil, nil, newError(KindBadParam,
+				fmt.Sprintf("%s (%s) is a %s: %s", p.Name, p.Doc, p.Unit, p.Range()), err,
+				"invalid parameter")
+		}
+		out[p.Name] = v
+	}
+	return out, notes, nil
+}
+
+func paramNames(specs []ParamSpec) string {
+	names := make([]string, 0, len(specs))
+	for _, p := range specs {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

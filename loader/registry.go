@@ -1,0 +1,90 @@
+package loader
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+)
+
+// CC is a congestion control compiled into ccload.
+type CC struct {
+	// Name is the kernel name (tcp_congestion_ops.name), the one users
+	// give to sysctl net.ipv4.tcp_congestion_control or TCP_CONGESTION.
+	Name string
+	// Summary says in one line what the algorithm is.
+	Summary string
+	// NeedsECN is true when the CC negotiates ECN on its sockets.
+	NeedsECN bool
+	// Params are the run-time parameters, in display order.
+	Params []ParamSpec
+
+	load func() (*ebpf.CollectionSpec, error)
+}
+
+// Param returns the spec of the named parameter.
+func (c *CC) Param(name string) (ParamSpec, bool) {
+	for _, p := range c.Params {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return ParamSpec{}, false
+}
+
+const fpOne = 1 << 16 // FP_ONE in bpf/include/ccload.h
+
+// Builtin returns the congestion controls compiled into this binary,
+// sorted by name. Each call returns fresh values.
+func Builtin() []*CC {
+	ccs := []*CC{
+		{
+			Name:    "theta_powertcp",
+			Summary: "θ-PowerTCP: power-based window from RTT and RTT gradient (PowerTCP, NSDI'22, App. D)",
+			Params: []ParamSpec{
+				{Name: "gamma", Field: "gamma", Unit: UnitFraction, Scale: fpOne, Default: "0.9",
+					Min: fpOne / 100, Max: fpOne, Doc: "EWMA weight γ of the window update"},
+				{Name: "base_rtt", Field: "base_rtt_us", Unit: UnitDuration, Default: "0",
+					Min: 1, Max: 1 << 24, Zero: "track each flow's minimum RTT",
+					Doc: "base RTT τ of the network"},
+				{Name: "host_bw", Field: "host_bw_bps", Unit: UnitBandwidth, Default: "auto", Auto: true,
+					Min: 1_000_000, Max: 1_600_000_000_000,
+					Doc: "host NIC bandwidth; auto reads the default-route interface's speed"},
+				{Name: "expected_flows", Field: "expected_flows", Unit: UnitCount, Default: "10",
+					Min: 1, Max: 1 << 20, Doc: "N in β = host_bw·τ/N: flows expected to share the NIC"},
+				{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
+					Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows",
+					Doc: "additive increase β per RTT"},
+			},
+			load: loadThetaPowertcp,
+		},
+		{
+			Name:     "bpf_dctcp",
+			Summary:  "DCTCP: ECN-fraction window cuts, as the kernel's tcp_dctcp; falls back to reno without ECN",
+			NeedsECN: true,
+			Params: []ParamSpec{
+				{Name: "shift_g", Field: "shift_g", Unit: UnitCount, Default: "4",
+					Min: 0, Max: 10, Doc: "α gain g = 2^-shift_g (4 means g = 1/16)"},
+				{Name: "alpha_on_init", Field: "alpha_on_init", Unit: UnitFraction, Scale: 1024,
+					Default: "1", Min: 0, Max: 1024, Doc: "α of a new connection"},
+			},
+			load: loadDctcp,
+		},
+	}
+	sort.Slice(ccs, func(i, j int) bool { return ccs[i].Name < ccs[j].Name })
+	return ccs
+}
+
+// Lookup returns the built-in CC called name.
+func Lookup(name string) (*CC, error) {
+	var names []string
+	for _, c := range Builtin() {
+		if c.Name == name {
+			return c, nil
+		}
+		names = append(names, c.Name)
+	}
+	return nil, newError(KindUnknownCC,
+		"available: "+strings.Join(names, ", ")+" (see `ccload list`)", nil,
+		"unknown congestion control %q", name)
+}
