@@ -13,7 +13,8 @@
  * where cwnd_old is the window remembered at the previous update, i.e.
  * the window the acknowledged data was sent with.
  *
- * τ is the base_rtt parameter, or the flow's minimum RTT when it is 0.
+ * τ is the base_rtt parameter or, when it is 0, the flow's minimum smoothed
+ * RTT (see theta_track_base_rtt).
  * β = host_bw · τ / expected_flows unless beta_bytes is set.
  * A flow starts at line rate: cwnd = host_bw · τ.
  *
@@ -63,7 +64,7 @@ struct theta_ca {
 	__s64 power;		/* smoothed normalised power Γ, FP_ONE */
 	__u64 prev_ack_us;	/* time of the previous RTT sample */
 	__u32 prev_rtt_us;	/* the previous RTT sample */
-	__u32 min_rtt_us;	/* minimum RTT seen; 0 = none yet */
+	__u32 min_rtt_us;	/* minimum srtt seen; 0 = none yet */
 	__u32 last_update_seq;	/* snd_nxt at the previous window update */
 	__u32 flags;
 };
@@ -151,18 +152,31 @@ void BPF_PROG(theta_init, struct sock *sk)
 	theta_apply(sk, cwnd, tau);
 }
 
-/* Updates the smoothed normalised power from one RTT sample. */
+/*
+ * Tracks the base RTT when none is configured: the minimum of the kernel's
+ * smoothed RTT (srtt, an EWMA with gain 1/8 over per-ACK samples). Single
+ * samples are not used for this: on virtual and lightly loaded links some
+ * ACKs return in a few microseconds, far below the RTT any full window
+ * sees without queueing, and a τ that small shrinks β and the window to a
+ * couple of packets.
+ */
+static __always_inline void theta_track_base_rtt(struct theta_ca *ca,
+						 const struct tcp_sock *tp)
+{
+	__u32 srtt = tp->srtt_us >> 3;
+
+	if (srtt && (!ca->min_rtt_us || srtt < ca->min_rtt_us))
+		ca->min_rtt_us = srtt;
+}
+
+/* Updates the smoothed normalised power from one per-ACK RTT sample. */
 static __always_inline void theta_update_power(struct theta_ca *ca,
 					       const struct theta_params *p,
 					       __u32 rtt, __u64 now)
 {
+	__u32 tau = theta_tau(p, ca);
 	__u64 dt, dtc;
 	__s64 grad, sample;
-	__u32 tau;
-
-	if (!ca->min_rtt_us || rtt < ca->min_rtt_us)
-		ca->min_rtt_us = rtt;
-	tau = theta_tau(p, ca);
 
 	if (ca->prev_ack_us && now > ca->prev_ack_us) {
 		dt = now - ca->prev_ack_us;
@@ -203,6 +217,7 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 
 	if (rtt > 0 && rtt < THETA_RTT_MAX_US) {
 		stat_add(&stats, STAT_RTT_SAMPLES, 1);
+		theta_track_base_rtt(ca, tp);
 		theta_update_power(ca, p, rtt, tp->tcp_mstamp);
 	}
 

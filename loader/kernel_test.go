@@ -355,4 +355,3 @@ func TestStatusChecks(t *testing.T) {
 		t.Fatalf("status without BTF: %+v", bad)
 	}
 }
-

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -540,14 +539,18 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	}
 
 	if def, err := readSysctl(l.host.ProcSys, sysctlDefault); err == nil && def == name {
-		fallback := "reno"
-		if ccs, err := registeredCCs(l.host.ProcSys); err == nil && slices.Contains(ccs, "cubic") {
-			fallback = "cubic"
+		// cubic where allowed; in a child netns only CCs flagged
+		// TCP_CONG_NON_RESTRICTED may be the default, and reno always is.
+		var werr error
+		for _, fallback := range []string{"cubic", "reno"} {
+			if werr = writeSysctl(l.host.ProcSys, sysctlDefault, fallback); werr == nil {
+				res.ResetDefault = fallback
+				break
+			}
 		}
-		if err := writeSysctl(l.host.ProcSys, sysctlDefault, fallback); err != nil {
-			return nil, fmt.Errorf("reset default congestion control before detaching %s: %w", name, err)
+		if werr != nil {
+			return nil, fmt.Errorf("reset the default congestion control before detaching %s: %w", name, werr)
 		}
-		res.ResetDefault = fallback
 	}
 
 	dir := l.PinDir(name)

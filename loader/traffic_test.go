@@ -1,0 +1,343 @@
+package loader
+
+// Tests in this file attach the CCs and move real TCP data through them,
+// between network namespaces joined by veth.
+
+import (
+	"context"
+	"math"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/testbed"
+)
+
+const transferBytes = 64 << 20
+
+// tcpiOptECN is TCPI_OPT_ECN from linux/tcp.h: ECN was negotiated.
+const tcpiOptECN = 0x08
+
+// ccStats reads the counters of an attached CC.
+func ccStats(t testing.TB, l *Loader, name string) Stats {
+	t.Helper()
+	cc, _ := Lookup(name)
+	st, err := l.inspect(cc)
+	if err != nil || !st.attached {
+		t.Fatalf("inspect %s: attached=%v err=%v", name, st != nil && st.attached, err)
+	}
+	defer st.close()
+	s, err := readStats(st.stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newPair(t testing.TB) *testbed.Pair {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := testbed.NewPair(ctx, "")
+	if err != nil {
+		t.Fatalf("build netns pair: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("tear down netns pair: %v", err)
+		}
+	})
+	return p
+}
+
+func startSink(t testing.TB, h *testbed.Host, addr netip.Addr) *testbed.Sink {
+	t.Helper()
+	s, err := testbed.StartSink(h, netip.AddrPortFrom(addr, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// netnsSysctl sets a sysctl inside h's netns with the sysctl tool, as an
+// operator (or a pod's init container) would.
+func netnsSysctl(t testing.TB, h *testbed.Host, kv string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := h.Command(ctx, "sysctl", "-w", kv).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sysctl -w %s in %s: %v: %s", kv, h.Name, err, out)
+	}
+}
+
+func sendFlow(t testing.TB, from *testbed.Host, to netip.AddrPort, cc string, bytes int64) testbed.FlowResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := testbed.SendFlow(ctx, from, to, testbed.FlowConfig{CC: cc, Bytes: bytes, Seed: uint64(time.Now().UnixNano()), Timeout: 50 * time.Second})
+	if err != nil {
+		t.Fatalf("flow %s -> %s (cc %q): %v", from.Name, to, cc, err)
+	}
+	return res
+}
+
+func waitSink(t testing.TB, s *testbed.Sink, n int, bytes int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.WaitResults(ctx, n)
+	if err != nil {
+		t.Fatalf("sink: %v", err)
+	}
+	for _, r := range res {
+		if !r.OK || r.Bytes != bytes {
+			t.Fatalf("sink got %d of %d bytes from %s, ok=%v: %v", r.Bytes, bytes, r.Remote, r.OK, r.Err)
+		}
+	}
+}
+
+// TestSelectAndTransfer attaches each CC, selects it by sysctl in a child
+// netns and by setsockopt, moves 64 MiB each way over IPv4 and IPv6, and
+// checks with TCP_INFO and the CC's own counters that the kernel ran it.
+func TestSelectAndTransfer(t *testing.T) {
+	for _, cc := range Builtin() {
+		for _, reg := range []Registration{RegLink, RegLegacy} {
+			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
+				requireKernelCC(t, cc.Name)
+				l := New(testHost(t), WithRegistration(reg))
+				attachForTest(t, l, AttachRequest{Name: cc.Name})
+				before := ccStats(t, l, cc.Name)
+
+				p := newPair(t)
+				if cc.NeedsECN {
+					// DCTCP runs at both ends: the kernel grants ECN to an
+					// ECT-marked SYN only when the listener needs ECN too,
+					// and the receiver's CC echoes CE marks precisely.
+					netnsSysctl(t, p.B, "net.ipv4.tcp_congestion_control="+cc.Name)
+				}
+				sink := startSink(t, p.B, p.B.Addr)
+				sink6 := startSink(t, p.B, p.B.Addr6)
+
+				// 1. The netns default, set with sysctl inside the child netns.
+				netnsSysctl(t, p.A, "net.ipv4.tcp_congestion_control="+cc.Name)
+				bySysctl := sendFlow(t, p.A, sink.Addr, "", transferBytes)
+				// 2. Per socket, with setsockopt(TCP_CONGESTION), over IPv6.
+				// reno: in a child netns only TCP_CONG_NON_RESTRICTED CCs
+				// may be the default, and this kernel's cubic is not one.
+				netnsSysctl(t, p.A, "net.ipv4.tcp_congestion_control=reno")
+				bySockopt := sendFlow(t, p.A, sink6.Addr, cc.Name, transferBytes)
+				waitSink(t, sink, 1, transferBytes)
+				waitSink(t, sink6, 1, transferBytes)
+
+				for how, r := range map[string]testbed.FlowResult{"sysctl": bySysctl, "setsockopt": bySockopt} {
+					t.Logf("%s via %s: %.2f Gbit/s, cwnd %d, rtt %dus, pacing %d B/s",
+						cc.Name, how, r.Throughput/1e9, r.Info.Snd_cwnd, r.Info.Rtt, r.Info.Pacing_rate)
+					if r.CC != cc.Name {
+						t.Errorf("via %s: getsockopt(TCP_CONGESTION) = %q, want %q", how, r.CC, cc.Name)
+					}
+					if r.Info.Snd_cwnd == 0 || r.Info.Rtt == 0 {
+						t.Errorf("via %s: TCP_INFO shows no window or RTT: %+v", how, r.Info)
+					}
+					if cc.NeedsECN && r.Info.Options&tcpiOptECN == 0 {
+						t.Errorf("via %s: ECN was not negotiated (tcpi_options %#x)", how, r.Info.Options)
+					}
+					if cc.Name == "theta_powertcp" && r.Info.Pacing_rate == math.MaxUint64 {
+						t.Errorf("via %s: pacing rate was never set by the CC", how)
+					}
+				}
+
+				after := ccStats(t, l, cc.Name)
+				acks := after["acks"] - before["acks"]
+				inits := after["sock_init"] - before["sock_init"]
+				t.Logf("%s counters: %d ACKs, %d sockets, %d window updates, %d fallbacks",
+					cc.Name, acks, inits, after["cwnd_updates"]-before["cwnd_updates"], after["fallbacks"])
+				// GRO and stretch ACKs make the count vary; any real use of
+				// the CC for 128 MiB shows hundreds at least.
+				if acks < 200 {
+					t.Errorf("the CC saw %d ACKs; the kernel did not use it", acks)
+				}
+				if inits < 2 {
+					t.Errorf("the CC initialised %d sockets, want at least 2", inits)
+				}
+				if after["fallbacks"] != 0 {
+					t.Errorf("%d sockets fell back", after["fallbacks"])
+				}
+			})
+		}
+	}
+}
+
+// TestDCTCPFallsBackWithoutECN checks that bpf_dctcp hands a socket whose
+// peer refuses ECN to reno, as the kernel's dctcp does.
+func TestDCTCPFallsBackWithoutECN(t *testing.T) {
+	requireKernelCC(t, "bpf_dctcp")
+	l := New(testHost(t))
+	attachForTest(t, l, AttachRequest{Name: "bpf_dctcp"})
+	p := newPair(t)
+	netnsSysctl(t, p.B, "net.ipv4.tcp_ecn=0")
+	sink := startSink(t, p.B, p.B.Addr)
+
+	r := sendFlow(t, p.A, sink.Addr, "bpf_dctcp", 4<<20)
+	waitSink(t, sink, 1, 4<<20)
+	if r.CC != "reno" {
+		t.Errorf("without ECN the socket runs %q, want reno", r.CC)
+	}
+	if s := ccStats(t, l, "bpf_dctcp"); s["fallbacks"] < 1 || s.SocketsInUse() != 0 {
+		t.Errorf("counters after fallback: %v", s)
+	}
+}
+
+// TestSysctlInitNetns selects the CC as the init netns default and opens a
+// loopback connection with it. The previous default is restored.
+func TestSysctlInitNetns(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp")
+	l := New(testHost(t))
+	attachForTest(t, l, AttachRequest{Name: "theta_powertcp"})
+
+	prev, err := readSysctl("/proc/sys", sysctlDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writeSysctl("/proc/sys", sysctlDefault, prev) })
+	if out, err := exec.Command("sysctl", "-w", "net.ipv4.tcp_congestion_control=theta_powertcp").CombinedOutput(); err != nil {
+		t.Fatalf("sysctl in the init netns: %v: %s", err, out)
+	}
+
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+	}()
+	c, err := net.DialTimeout("tcp4", ln.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := socketCC(t, c.(*net.TCPConn)); got != "theta_powertcp" {
+		t.Fatalf("loopback socket runs %q, want theta_powertcp", got)
+	}
+}
+
+func socketCC(t testing.TB, c syscall.Conn) string {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var gerr error
+	raw.Control(func(fd uintptr) {
+		name, gerr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return strings.TrimRight(name, "\x00")
+}
+
+// TestDetachWithLiveSockets detaches a CC while a connection uses it: the
+// detach reports the socket, and the connection keeps working on the CC.
+func TestDetachWithLiveSockets(t *testing.T) {
+	for _, reg := range []Registration{RegLink, RegLegacy} {
+		t.Run(string(reg), func(t *testing.T) {
+			requireKernelCC(t, "theta_powertcp")
+			l := New(testHost(t), WithRegistration(reg))
+			if _, err := l.Attach(AttachRequest{Name: "theta_powertcp"}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Detach("theta_powertcp") })
+			p := newPair(t)
+
+			var ln net.Listener
+			if err := p.B.Do(func() (err error) {
+				ln, err = net.Listen("tcp4", netip.AddrPortFrom(p.B.Addr, 0).String())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			received := make(chan int64, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					received <- -1
+					return
+				}
+				defer c.Close()
+				var n int64
+				buf := make([]byte, 64<<10)
+				c.SetReadDeadline(time.Now().Add(30 * time.Second))
+				for {
+					k, err := c.Read(buf)
+					n += int64(k)
+					if err != nil {
+						break
+					}
+				}
+				received <- n
+			}()
+
+			var conn *net.TCPConn
+			if err := p.A.Do(func() error {
+				d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+					var serr error
+					rc.Control(func(fd uintptr) {
+						serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "theta_powertcp")
+					})
+					return serr
+				}}
+				c, err := d.Dial("tcp4", ln.Addr().String())
+				if err == nil {
+					conn = c.(*net.TCPConn)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			chunk := make([]byte, 1<<20)
+			if _, err := conn.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+
+			res, err := l.Detach("theta_powertcp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.SocketsInUse < 1 {
+				t.Errorf("detach reported %d sockets in use, want at least 1", res.SocketsInUse)
+			}
+			if registered(t, "theta_powertcp") {
+				t.Fatal("still registered after detach")
+			}
+			// The live socket keeps its CC and keeps moving data.
+			conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			for i := 0; i < 8; i++ {
+				if _, err := conn.Write(chunk); err != nil {
+					t.Fatalf("write after detach: %v", err)
+				}
+			}
+			if got := socketCC(t, conn); got != "theta_powertcp" {
+				t.Errorf("socket CC after detach = %q", got)
+			}
+			conn.Close()
+			if n := <-received; n != 9<<20 {
+				t.Fatalf("receiver got %d bytes, want %d", n, 9<<20)
+			}
+		})
+	}
+}
+

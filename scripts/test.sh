@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs ccload's whole test suite on a machine of the project's kind
+# (Debian bookworm, root, a kernel with BTF). Installs what it needs first;
+# running it again installs nothing new.
+#
+#   scripts/test.sh            # everything
+#   CI=true scripts/test.sh    # the same, but a skipped test fails the run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+
+step() { printf '\n== %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "test.sh: the kernel tests load BPF and create network namespaces: run as root (sudo $0)" >&2
+	exit 1
+fi
+
+step "packages"
+# clang-19/llvm-19/libbpf-dev: regenerate and check the BPF objects.
+# bpftool: scripts/gen-vmlinux.sh. iproute2: `ip netns exec`, `tc`.
+# procps: sysctl, used as a user would in the tests.
+pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "installing: ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+	echo "all present: ${pkgs[*]}"
+fi
+
+step "format and vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt needed: $unformatted" >&2
+	exit 1
+fi
+go vet ./...
+
+step "BPF objects are current"
+scripts/gen-bpf.sh --check
+echo "committed objects match a fresh build"
+
+step "build"
+go build -o /dev/null ./...
+
+step "tests"
+if [ "${CI:-}" = "true" ]; then
+	# CI's machine has every feature the tests need: a skip is a failure.
+	export CCLOAD_NO_SKIP=1
+fi
+# -p 1: kernel tests in different packages register the same CC names,
+# which are global to the kernel.
+go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -p 1 -timeout 20m ./...
