@@ -77,8 +77,6 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct dctcp_params *p = dctcp_params();
 
-	stat_add(&stats, STAT_SOCK_INIT, 1);
-
 	if ((tp->ecn_flags & TCP_ECN_OK) ||
 	    sk->__sk_common.skc_state == TCP_LISTEN ||
 	    sk->__sk_common.skc_state == TCP_CLOSE) {
@@ -88,13 +86,14 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 		if (p && p->alpha_on_init <= DCTCP_ALPHA_ONE)
 			ca->alpha = p->alpha_on_init;
 		dctcp_reset_window(tp, ca);
+		stat_add(&stats, STAT_SOCK_INIT, 1);
 		return;
 	}
 
 	/*
-	 * No ECN on this connection: DCTCP has no signal to work with. This
-	 * calls our release() before reno's init(), so the socket count stays
-	 * right.
+	 * No ECN on this connection: DCTCP has no signal to work with. The
+	 * kernel does not call release() for a CC whose init() has not
+	 * returned, so this socket is counted as a fallback, not as a user.
 	 */
 	stat_add(&stats, STAT_FALLBACKS, 1);
 	bpf_setsockopt(sk, SOL_TCP, TCP_CONGESTION, (void *)fallback_cc,

@@ -38,55 +38,35 @@ func newDumbbell(t testing.TB, senders int) *testbed.Dumbbell {
 
 // queueRun is one flow across the bottleneck with the queue it built.
 type queueRun struct {
-	cc      string
-	flow    testbed.FlowResult
-	samples []testbed.QueueSample
-}
-
-// window summarises the queue samples taken between from and to.
-func (r queueRun) window(from, to time.Duration) testbed.QueueStats {
-	var in []testbed.QueueSample
-	for _, s := range r.samples {
-		if s.At >= from && s.At < to {
-			in = append(in, s)
-		}
-	}
-	return testbed.Summarize(in)
-}
-
-// steady summarises the queue after the first 20% of the flow, once the
-// start-up transient (slow start, or line-rate start) is over.
-func (r queueRun) steady() testbed.QueueStats {
-	return r.window(r.flow.Duration/5, r.flow.Duration)
+	cc string
+	testbed.Measurement
 }
 
 // runFlow sends bytes from the first sender with cc while sampling the
 // bottleneck queue every 500µs. during, if not nil, runs concurrently.
 func runFlow(t testing.TB, d *testbed.Dumbbell, sink *testbed.Sink, cc string, bytes int64, during func()) queueRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	ch, err := testbed.SampleQueue(ctx, d.Router, d.BottleneckIface, 500*time.Microsecond, 200_000)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if during != nil {
 		go during()
 	}
-	flow := sendFlow(t, d.Senders[0], sink.Addr, cc, bytes)
-	cancel()
-	if flow.CC != cc {
-		t.Fatalf("flow ran %q, want %q", flow.CC, cc)
+	m, err := d.MeasureFlow(context.Background(), 0, sink.Addr, testbed.FlowConfig{
+		CC: cc, Bytes: bytes, Seed: uint64(time.Now().UnixNano()), Timeout: 60 * time.Second,
+	}, 500*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return queueRun{cc: cc, flow: flow, samples: <-ch}
+	if m.Flow.CC != cc {
+		t.Fatalf("flow ran %q, want %q", m.Flow.CC, cc)
+	}
+	return queueRun{cc: cc, Measurement: m}
 }
 
 func formatRuns(runs []queueRun) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-16s %10s %12s %12s %12s %12s %8s\n", "cc", "Mbit/s", "queue mean", "queue p50", "queue p99", "queue max", "samples")
 	for _, r := range runs {
-		q := r.steady()
-		fmt.Fprintf(&b, "%-16s %10.0f %10.0fKB %10.0fKB %10.0fKB %10.0fKB %8d\n", r.cc, r.flow.Throughput/1e6,
+		q := r.Steady()
+		fmt.Fprintf(&b, "%-16s %10.0f %10.0fKB %10.0fKB %10.0fKB %10.0fKB %8d\n", r.cc, r.Flow.Throughput/1e6,
 			q.Mean/1e3, q.P50/1e3, q.P99/1e3, q.Max/1e3, q.N)
 	}
 	return b.String()
@@ -112,13 +92,13 @@ func TestBottleneckQueueThetaVsCubic(t *testing.T) {
 		bottleneckRate/1_000_000, bottleneckBuffer>>10, formatRuns(runs))
 
 	cubic, theta := runs[0], runs[1]
-	cq, tq := cubic.steady(), theta.steady()
-	if cubic.flow.Throughput < 0.8*bottleneckRate {
-		t.Fatalf("cubic reached only %.0f Mbit/s: the bottleneck is not the shaper (CPU-bound?)", cubic.flow.Throughput/1e6)
+	cq, tq := cubic.Steady(), theta.Steady()
+	if cubic.Flow.Throughput < 0.8*bottleneckRate {
+		t.Fatalf("cubic reached only %.0f Mbit/s: the bottleneck is not the shaper (CPU-bound?)", cubic.Flow.Throughput/1e6)
 	}
-	if theta.flow.Throughput < 0.85*cubic.flow.Throughput {
+	if theta.Flow.Throughput < 0.85*cubic.Flow.Throughput {
 		t.Errorf("theta_powertcp throughput %.0f Mbit/s is below 85%% of cubic's %.0f Mbit/s",
-			theta.flow.Throughput/1e6, cubic.flow.Throughput/1e6)
+			theta.Flow.Throughput/1e6, cubic.Flow.Throughput/1e6)
 	}
 	if tq.Mean > cq.Mean/4 || tq.P99 > cq.P99/2 {
 		t.Errorf("theta_powertcp queue (mean %.0f KB, p99 %.0f KB) is not clearly below cubic's (mean %.0f KB, p99 %.0f KB)",
@@ -148,12 +128,12 @@ func TestSetReachesLiveSockets(t *testing.T) {
 	}
 	waitSink(t, sink, 1, 256<<20)
 
-	before := run.window(300*time.Millisecond, change)
-	after := run.window(change+300*time.Millisecond, run.flow.Duration)
+	before := run.Window(300*time.Millisecond, change)
+	after := run.Window(change+300*time.Millisecond, run.Flow.Duration)
 	t.Logf("queue with default β: mean %.0f KB (%d samples); after set beta=400KB: mean %.0f KB (%d samples); %.0f Mbit/s",
-		before.Mean/1e3, before.N, after.Mean/1e3, after.N, run.flow.Throughput/1e6)
+		before.Mean/1e3, before.N, after.Mean/1e3, after.N, run.Flow.Throughput/1e6)
 	if before.N == 0 || after.N == 0 {
-		t.Fatalf("flow too short to compare (%v)", run.flow.Duration)
+		t.Fatalf("flow too short to compare (%v)", run.Flow.Duration)
 	}
 	if after.Mean < 2*before.Mean || after.Mean-before.Mean < 100e3 {
 		t.Errorf("queue did not follow the new β: mean %.0f KB before, %.0f KB after", before.Mean/1e3, after.Mean/1e3)

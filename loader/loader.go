@@ -101,6 +101,9 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkParams(cc.Params, req.Params); err != nil {
+		return nil, err
+	}
 	if err := checkCaps(); err != nil {
 		return nil, err
 	}
@@ -477,6 +480,9 @@ func (l *Loader) Set(name string, given map[string]string) (map[string]string, e
 	if len(given) == 0 {
 		return nil, newError(KindBadParam, "valid parameters: "+paramNames(cc.Params), nil,
 			"no parameters given")
+	}
+	if err := checkParams(cc.Params, given); err != nil {
+		return nil, err
 	}
 	if err := checkCaps(); err != nil {
 		return nil, err

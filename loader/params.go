@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -322,15 +323,8 @@ func (l *paramLayout) put(buf []byte, name string, v uint64) error {
 // resolves "auto" values.
 func resolveParams(specs []ParamSpec, given map[string]string, cur map[string]uint64,
 	auto func(ParamSpec) (uint64, string, error)) (map[string]uint64, []string, error) {
-	byName := map[string]ParamSpec{}
-	for _, p := range specs {
-		byName[p.Name] = p
-	}
-	for name := range given {
-		if _, ok := byName[name]; !ok {
-			return nil, nil, newError(KindBadParam, "valid parameters: "+paramNames(specs), nil,
-				"unknown parameter %q", name)
-		}
+	if err := checkParams(specs, given); err != nil {
+		return nil, nil, err
 	}
 	out := map[string]uint64{}
 	var notes []string
@@ -357,13 +351,36 @@ func resolveParams(specs []ParamSpec, given map[string]string, cur map[string]ui
 		}
 		v, err := p.Parse(text)
 		if err != nil {
-			return nil, nil, newError(KindBadParam,
-				fmt.Sprintf("%s (%s) is a %s: %s", p.Name, p.Doc, p.Unit, p.Range()), err,
-				"invalid parameter")
+			return nil, nil, badValue(p, err)
 		}
 		out[p.Name] = v
 	}
 	return out, notes, nil
+}
+
+// checkParams rejects names that are not parameters of the CC and values
+// that do not parse, before anything touches the kernel.
+func checkParams(specs []ParamSpec, given map[string]string) error {
+	for name, text := range given {
+		i := slices.IndexFunc(specs, func(p ParamSpec) bool { return p.Name == name })
+		if i < 0 {
+			return newError(KindBadParam, "valid parameters: "+paramNames(specs), nil,
+				"unknown parameter %q", name)
+		}
+		p := specs[i]
+		if p.Auto && strings.EqualFold(strings.TrimSpace(text), "auto") {
+			continue
+		}
+		if _, err := p.Parse(text); err != nil {
+			return badValue(p, err)
+		}
+	}
+	return nil
+}
+
+func badValue(p ParamSpec, err error) error {
+	return newError(KindBadParam, fmt.Sprintf("%s (%s) is a %s: %s", p.Name, p.Doc, p.Unit, p.Range()),
+		err, "invalid parameter")
 }
 
 func paramNames(specs []ParamSpec) string {

@@ -340,4 +340,3 @@ func TestDetachWithLiveSockets(t *testing.T) {
 		})
 	}
 }
-

@@ -1,0 +1,20 @@
+package testbed
+
+import "encoding/binary"
+
+// Every flow starts with a header of headerLen bytes: the 8-byte pattern
+// seed followed by the 8-byte payload length, both big endian. The payload,
+// Pattern(seed, 0, payload), follows.
+const headerLen = 16
+
+// chunkSize is the buffer size used to write and verify payload.
+const chunkSize = 256 << 10
+
+func putHeader(b []byte, seed uint64, length int64) {
+	binary.BigEndian.PutUint64(b[0:8], seed)
+	binary.BigEndian.PutUint64(b[8:16], uint64(length))
+}
+
+func parseHeader(b []byte) (seed uint64, length int64) {
+	return binary.BigEndian.Uint64(b[0:8]), int64(binary.BigEndian.Uint64(b[8:16]))
+}
