@@ -26,7 +26,7 @@ func (l *Loader) autoParam(p ParamSpec) (uint64, string, error) {
 		why = iface + " reports no link speed"
 	}
 	return fallbackHostBW, fmt.Sprintf("%s=auto: %s; using %s (set %s=... to override)",
-		p.Name, why, formatBandwidth(fallbackHostBW), p.Name), nil
+		p.Name, why, FormatBandwidth(fallbackHostBW), p.Name), nil
 }
 
 // defaultRouteSpeed returns the interface of the IPv4 (else IPv6) default

@@ -355,3 +355,30 @@ func TestStatusChecks(t *testing.T) {
 		t.Fatalf("status without BTF: %+v", bad)
 	}
 }
+
+// TestAttachDefault checks --default: the CC becomes the netns default,
+// and detach hands the default back to cubic before unregistering.
+func TestAttachDefault(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp")
+	prev, err := readSysctl("/proc/sys", sysctlDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writeSysctl("/proc/sys", sysctlDefault, prev) })
+
+	l := New(testHost(t))
+	res := attachForTest(t, l, AttachRequest{Name: "theta_powertcp", SetDefault: true})
+	if !res.Default {
+		t.Fatalf("attach result %+v, want Default", res)
+	}
+	if def, _ := readSysctl("/proc/sys", sysctlDefault); def != "theta_powertcp" {
+		t.Fatalf("default is %q after attach --default", def)
+	}
+	det, err := l.Detach("theta_powertcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def, _ := readSysctl("/proc/sys", sysctlDefault); def != "cubic" || det.ResetDefault != "cubic" {
+		t.Fatalf("after detach the default is %q (reported %q), want cubic", def, det.ResetDefault)
+	}
+}

@@ -77,9 +77,9 @@ func (p ParamSpec) Parse(text string) (uint64, error) {
 	case UnitDuration:
 		v, err = parseDurationUS(s)
 	case UnitBandwidth:
-		v, err = parseBandwidth(s)
+		v, err = ParseBandwidth(s)
 	case UnitBytes:
-		v, err = parseBytes(s)
+		v, err = ParseBytes(s)
 	default:
 		err = fmt.Errorf("unknown unit %d", p.Unit)
 	}
@@ -107,7 +107,7 @@ func (p ParamSpec) Format(v uint64) string {
 	case UnitDuration:
 		return strings.ReplaceAll((time.Duration(v) * time.Microsecond).String(), "µs", "us")
 	case UnitBandwidth:
-		return formatBandwidth(v)
+		return FormatBandwidth(v)
 	case UnitBytes:
 		return strconv.FormatUint(v, 10) + "B"
 	}
@@ -172,7 +172,9 @@ var bandwidthUnits = []struct {
 	{"t", 1e12}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3},
 }
 
-func parseBandwidth(s string) (uint64, error) {
+// ParseBandwidth parses a rate in bits per second: 10gbit, 100mbit, 25G.
+// Units in bytes per second ("bps") are refused as ambiguous.
+func ParseBandwidth(s string) (uint64, error) {
 	l := strings.ToLower(s)
 	if strings.HasSuffix(l, "bps") || strings.HasSuffix(l, "b/s") {
 		return 0, fmt.Errorf("%q is ambiguous (bits or bytes?): write it in bits, e.g. 10gbit", s)
@@ -198,7 +200,8 @@ func parseBandwidth(s string) (uint64, error) {
 	return uint64(math.Round(f * mult)), nil
 }
 
-func formatBandwidth(v uint64) string {
+// FormatBandwidth renders bits per second the way ParseBandwidth reads them.
+func FormatBandwidth(v uint64) string {
 	for _, u := range bandwidthUnits[:4] {
 		if float64(v) >= u.mult {
 			return strconv.FormatFloat(float64(v)/u.mult, 'f', -1, 64) + u.suffix
@@ -216,7 +219,8 @@ var byteUnits = []struct {
 	{"k", 1000}, {"m", 1000 * 1000}, {"g", 1000 * 1000 * 1000}, {"b", 1},
 }
 
-func parseBytes(s string) (uint64, error) {
+// ParseBytes parses a size: 1500, 64KB (10^3), 64KiB (2^10), 1MiB.
+func ParseBytes(s string) (uint64, error) {
 	l := strings.ToLower(s)
 	mult := uint64(1)
 	num := l

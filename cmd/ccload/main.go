@@ -105,7 +105,7 @@ ccload exits, until 'ccload detach'.`,
 		return usageError{cmd: c.Name(), err: err}
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
-		newDetachCmd(a), newVersionCmd(a))
+		newDetachCmd(a), newDemoCmd(a), newVersionCmd(a))
 	return root
 }
 
