@@ -249,13 +249,17 @@ func (l *Loader) register(cc *CC, f *Features, reg Registration, vals map[string
 		if err == nil {
 			return
 		}
+		// Pins first: dropping a pinned link's last reference through
+		// the pin defers its release to a kernel worker, while closing
+		// our fd last releases it (and unregisters) synchronously.
+		os.RemoveAll(stage)
 		if lnk != nil {
-			lnk.Close() // the last reference: unregisters
+			lnk.Close()
 		}
 		if reg == RegLegacy {
 			_ = opsMap.Delete(uint32(0))
 		}
-		os.RemoveAll(stage)
+		_ = waitUnregistered(l.host.ProcSys, cc.Name, time.Second)
 	}()
 
 	if err := os.MkdirAll(stage, 0o700); err != nil {
