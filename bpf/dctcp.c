@@ -53,6 +53,7 @@ struct dctcp_ca {
 	__u32 ce_state;		/* 1 if the last data received carried CE */
 	__u32 loss_cwnd;	/* cwnd before the last cut, for undo */
 	__u8 ca_state;		/* last TCP_CA_* state seen by set_state */
+	__u8 counted;		/* counted in sock_init; release() counts it out */
 };
 
 static __always_inline struct dctcp_params *dctcp_params(void)
@@ -86,15 +87,17 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 		if (p && p->alpha_on_init <= DCTCP_ALPHA_ONE)
 			ca->alpha = p->alpha_on_init;
 		dctcp_reset_window(tp, ca);
+		ca->counted = 1;
 		stat_add(&stats, STAT_SOCK_INIT, 1);
 		return;
 	}
 
 	/*
 	 * No ECN on this connection: DCTCP has no signal to work with. The
-	 * kernel does not call release() for a CC whose init() has not
-	 * returned, so this socket is counted as a fallback, not as a user.
+	 * socket is counted as a fallback, not as a user; whether the kernel
+	 * calls our release() on the way out of init() depends on its version.
 	 */
+	ca->counted = 0;
 	stat_add(&stats, STAT_FALLBACKS, 1);
 	bpf_setsockopt(sk, SOL_TCP, TCP_CONGESTION, (void *)fallback_cc,
 		       sizeof(fallback_cc));
@@ -236,10 +239,20 @@ void BPF_PROG(dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	tcp_reno_cong_avoid(sk, ack, acked);
 }
 
+/*
+ * Whether release() runs for a socket that init() did not count depends on
+ * the kernel: 6.1 and 6.12 call it when init() hands the socket to reno,
+ * 6.18 does not. Only sockets that init() counted are counted out.
+ */
 SEC("struct_ops")
 void BPF_PROG(dctcp_release, struct sock *sk)
 {
-	stat_add(&stats, STAT_SOCK_RELEASE, 1);
+	struct dctcp_ca *ca = ca_priv(sk);
+
+	if (ca->counted) {
+		ca->counted = 0;
+		stat_add(&stats, STAT_SOCK_RELEASE, 1);
+	}
 }
 
 SEC(".struct_ops.link")

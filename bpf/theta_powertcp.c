@@ -14,7 +14,8 @@
  * the window the acknowledged data was sent with.
  *
  * τ is the base_rtt parameter or, when it is 0, the flow's minimum smoothed
- * RTT (see theta_track_base_rtt).
+ * RTT (see theta_track_base_rtt), but no less than the time one GSO burst
+ * takes at host_bw (see theta_burst_us).
  * β = host_bw · τ / expected_flows unless beta_bytes is set.
  * A flow starts at line rate: cwnd = host_bw · τ.
  *
@@ -56,6 +57,7 @@ CCLOAD_STATS_MAP;
 #define THETA_POWER_MAX (1024 * (__s64)FP_ONE)
 
 #define THETA_RESYNC 0x1 /* adopt the kernel's window on the next ACK */
+#define THETA_COUNTED 0x2 /* counted in sock_init; release() counts it out */
 
 /* Per-socket state in icsk_ca_priv (at most 104 bytes). */
 struct theta_ca {
@@ -95,14 +97,30 @@ static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
 	return (bw_bps >> 3) * rtt_us / USEC_PER_SEC;
 }
 
-static __always_inline __u32 theta_tau(const struct theta_params *p,
-				       const struct theta_ca *ca)
+/*
+ * The time the host needs to send one full GSO burst at host_bw: the
+ * floor of a tracked τ. A window smaller than one burst cannot keep the
+ * host busy, and a flow whose window is that small sees RTTs of lone
+ * packets, far below the RTT of a full window: without the floor, such a
+ * flow takes the low RTT as its τ and never leaves the small window.
+ */
+static __always_inline __u32 theta_burst_us(const struct sock *sk,
+					    const struct theta_params *p)
 {
+	__u64 bw = p->host_bw_bps ?: 1;
+
+	return (__u64)sk->sk_gso_max_size * 8 * USEC_PER_SEC / bw;
+}
+
+static __always_inline __u32 theta_tau(const struct theta_params *p,
+				       const struct theta_ca *ca, __u32 floor_us)
+{
+	__u32 tau;
+
 	if (p->base_rtt_us)
 		return p->base_rtt_us;
-	if (ca->min_rtt_us)
-		return ca->min_rtt_us;
-	return THETA_FALLBACK_RTT_US;
+	tau = ca->min_rtt_us ?: THETA_FALLBACK_RTT_US;
+	return tau > floor_us ? tau : floor_us;
 }
 
 /* Writes cwnd (bytes) to the socket and paces at cwnd / τ. */
@@ -134,16 +152,22 @@ void BPF_PROG(theta_init, struct sock *sk)
 	__u32 tau;
 	__u64 cwnd;
 
+	__builtin_memset(ca, 0, sizeof(*ca));
+	ca->flags = THETA_COUNTED;
 	stat_add(&stats, STAT_SOCK_INIT, 1);
 	if (!p)
 		return;
 
-	__builtin_memset(ca, 0, sizeof(*ca));
 	ca->power = FP_ONE;
 	ca->last_update_seq = tp->snd_nxt;
 
 	/* The handshake gave an RTT estimate: use it for the first window. */
-	tau = p->base_rtt_us ?: (tp->srtt_us >> 3) ?: THETA_FALLBACK_RTT_US;
+	tau = p->base_rtt_us;
+	if (!tau) {
+		tau = (tp->srtt_us >> 3) ?: THETA_FALLBACK_RTT_US;
+		if (tau < theta_burst_us(sk, p))
+			tau = theta_burst_us(sk, p);
+	}
 	cwnd = bdp_bytes(p->host_bw_bps, tau);
 	ca->cwnd = cwnd;
 	ca->cwnd_old = cwnd;
@@ -172,9 +196,8 @@ static __always_inline void theta_track_base_rtt(struct theta_ca *ca,
 /* Updates the smoothed normalised power from one per-ACK RTT sample. */
 static __always_inline void theta_update_power(struct theta_ca *ca,
 					       const struct theta_params *p,
-					       __u32 rtt, __u64 now)
+					       __u32 rtt, __u64 now, __u32 tau)
 {
-	__u32 tau = theta_tau(p, ca);
 	__u64 dt, dtc;
 	__s64 grad, sample;
 
@@ -203,7 +226,7 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 	__u64 beta, target, gamma, cwnd;
 	long rtt = rs->rtt_us;
 	__u32 mss = tp->mss_cache ?: 1;
-	__u32 tau;
+	__u32 tau, floor_us;
 
 	stat_add(&stats, STAT_ACKS, 1);
 	if (!p)
@@ -215,17 +238,18 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 		ca->flags &= ~THETA_RESYNC;
 	}
 
+	floor_us = theta_burst_us(sk, p);
 	if (rtt > 0 && rtt < THETA_RTT_MAX_US) {
 		stat_add(&stats, STAT_RTT_SAMPLES, 1);
 		theta_track_base_rtt(ca, tp);
-		theta_update_power(ca, p, rtt, tp->tcp_mstamp);
+		theta_update_power(ca, p, rtt, tp->tcp_mstamp, theta_tau(p, ca, floor_us));
 	}
 
 	/* The window moves once per RTT (Algorithm 2, UPDATEWINDOW). */
 	if (seq_before(tp->snd_una, ca->last_update_seq))
 		return;
 
-	tau = theta_tau(p, ca);
+	tau = theta_tau(p, ca, floor_us);
 	beta = p->beta_bytes;
 	if (!beta)
 		beta = bdp_bytes(p->host_bw_bps, tau) / (p->expected_flows ?: 1);
@@ -233,6 +257,15 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 
 	target = ca->cwnd_old * FP_ONE / (__u64)ca->power + beta;
 	cwnd = (gamma * target + (FP_ONE - gamma) * ca->cwnd) >> FP_SHIFT;
+	/*
+	 * Grow only a window that is used: at most twice the most data in
+	 * flight during the last window (tp->max_packets_out), as the kernel's
+	 * own cwnd-limited test does in slow start. A flow held back by the
+	 * application or the CPU sees low RTTs and Γ < 1, and its window would
+	 * otherwise double every RTT without bound.
+	 */
+	if (cwnd > ca->cwnd)
+		cwnd = max_u64(ca->cwnd, min_u64(cwnd, 2ULL * tp->max_packets_out * mss));
 	cwnd = max_u64(cwnd, 2ULL * mss);
 
 	ca->cwnd = cwnd;
@@ -288,10 +321,16 @@ __u32 BPF_PROG(theta_undo_cwnd, struct sock *sk)
 	return tcp_sk(sk)->snd_cwnd;
 }
 
+/* Counts out only sockets init() counted in; see dctcp_release. */
 SEC("struct_ops")
 void BPF_PROG(theta_release, struct sock *sk)
 {
-	stat_add(&stats, STAT_SOCK_RELEASE, 1);
+	struct theta_ca *ca = ca_priv(sk);
+
+	if (ca->flags & THETA_COUNTED) {
+		ca->flags &= ~THETA_COUNTED;
+		stat_add(&stats, STAT_SOCK_RELEASE, 1);
+	}
 }
 
 SEC(".struct_ops.link")

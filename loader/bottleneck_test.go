@@ -106,10 +106,10 @@ func TestBottleneckQueueThetaVsCubic(t *testing.T) {
 	}
 }
 
-// TestSetReachesLiveSockets changes β while a θ-PowerTCP flow runs. The
-// equilibrium queue is about β, so the flow's own queue must grow: proof
-// that a live socket reads the new value.
-func TestSetReachesLiveSockets(t *testing.T) {
+// TestBetaMovesQueue changes β while a θ-PowerTCP flow runs through the
+// bottleneck. The equilibrium queue is about β, so the flow's own queue
+// must follow it.
+func TestBetaMovesQueue(t *testing.T) {
 	requireKernelCC(t, "theta_powertcp")
 	l := New(testHost(t))
 	attachForTest(t, l, AttachRequest{Name: "theta_powertcp"})

@@ -86,14 +86,13 @@ func probeFeatures(btfPath string) (*Features, error) {
 		}
 	}
 
+	// struct bpf_struct_ops_link came with struct_ops links in 6.4. The
+	// enum value BPF_LINK_TYPE_STRUCT_OPS is no sign: 6.1 has it already,
+	// for the trampolines of struct_ops programs.
 	f.Registration = RegLegacy
-	var linkTypes *btf.Enum
-	if err := spec.TypeByName("bpf_link_type", &linkTypes); err == nil {
-		for _, v := range linkTypes.Values {
-			if v.Name == "BPF_LINK_TYPE_STRUCT_OPS" {
-				f.Registration = RegLink
-			}
-		}
+	var opsLink *btf.Struct
+	if err := spec.TypeByName("bpf_struct_ops_link", &opsLink); err == nil {
+		f.Registration = RegLink
 	}
 	return f, nil
 }

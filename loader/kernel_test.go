@@ -69,7 +69,7 @@ func registered(t testing.TB, name string) bool {
 
 func TestAttachDetachLifecycle(t *testing.T) {
 	for _, cc := range Builtin() {
-		for _, reg := range []Registration{RegLink, RegLegacy} {
+		for _, reg := range kernelRegistrations() {
 			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
 				requireKernelCC(t, cc.Name)
 				l := New(testHost(t), WithRegistration(reg))
@@ -254,20 +254,7 @@ func TestAttachErrors(t *testing.T) {
 			setup: func(t *testing.T) {
 				// Register bpf_dctcp the way another tool would: a link
 				// held by this process, with no ccload pins.
-				spec, err := loadDctcp()
-				if err != nil {
-					t.Fatal(err)
-				}
-				coll, err := ebpf.NewCollection(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { coll.Close() })
-				lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: coll.Maps["bpf_dctcp"]})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { lnk.Close() })
+				registerBehindOurBack(t, "bpf_dctcp")
 			},
 		},
 		{
@@ -381,4 +368,53 @@ func TestAttachDefault(t *testing.T) {
 	if def, _ := readSysctl("/proc/sys", sysctlDefault); def != "cubic" || det.ResetDefault != "cubic" {
 		t.Fatalf("after detach the default is %q (reported %q), want cubic", def, det.ResetDefault)
 	}
+}
+
+// kernelRegistrations lists the registration modes this kernel supports:
+// legacy everywhere, links since 6.4.
+func kernelRegistrations() []Registration {
+	f, err := probeFeatures("/sys/kernel/btf/vmlinux")
+	if err != nil || f.Registration == RegLegacy {
+		return []Registration{RegLegacy}
+	}
+	return []Registration{RegLink, RegLegacy}
+}
+
+// registerBehindOurBack registers the CC the way another tool would: held
+// by this process (a link, or a registered legacy map), with no pins.
+func registerBehindOurBack(t *testing.T, name string) {
+	t.Helper()
+	cc, err := Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := probeFeatures("/sys/kernel/btf/vmlinux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cc.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := selectCongControl(spec, f.CongControlArgs); err != nil {
+		t.Fatal(err)
+	}
+	if f.Registration == RegLegacy {
+		spec.Maps[name].Flags &^= unix.BPF_F_LINK
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { coll.Close() })
+	if f.Registration == RegLegacy {
+		// Loading registered it; deleting the element unregisters it.
+		t.Cleanup(func() { coll.Maps[name].Delete(uint32(0)) })
+		return
+	}
+	lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: coll.Maps[name]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lnk.Close() })
 }

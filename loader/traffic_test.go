@@ -5,6 +5,7 @@ package loader
 
 import (
 	"context"
+	"io"
 	"math"
 	"net"
 	"net/netip"
@@ -109,7 +110,7 @@ func waitSink(t testing.TB, s *testbed.Sink, n int, bytes int64) {
 // checks with TCP_INFO and the CC's own counters that the kernel ran it.
 func TestSelectAndTransfer(t *testing.T) {
 	for _, cc := range Builtin() {
-		for _, reg := range []Registration{RegLink, RegLegacy} {
+		for _, reg := range kernelRegistrations() {
 			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
 				requireKernelCC(t, cc.Name)
 				l := New(testHost(t), WithRegistration(reg))
@@ -249,10 +250,76 @@ func socketCC(t testing.TB, c syscall.Conn) string {
 	return strings.TrimRight(name, "\x00")
 }
 
+// drainListener accepts one connection on h at addr, reads it to EOF and
+// reports the byte count.
+func drainListener(t testing.TB, h *testbed.Host, addr netip.Addr) (net.Listener, <-chan int64) {
+	t.Helper()
+	var ln net.Listener
+	if err := h.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	received := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			received <- -1
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		received <- n
+	}()
+	return ln, received
+}
+
+// dialCC connects from h to addr with congestion control cc.
+func dialCC(t testing.TB, h *testbed.Host, addr string, cc string) *net.TCPConn {
+	t.Helper()
+	var conn *net.TCPConn
+	if err := h.Do(func() error {
+		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
+			})
+			return serr
+		}}
+		c, err := d.Dial("tcp", addr)
+		if err == nil {
+			conn = c.(*net.TCPConn)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func tcpInfo(t testing.TB, c *net.TCPConn) *unix.TCPInfo {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	raw.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	return info
+}
+
 // TestDetachWithLiveSockets detaches a CC while a connection uses it: the
 // detach reports the socket, and the connection keeps working on the CC.
 func TestDetachWithLiveSockets(t *testing.T) {
-	for _, reg := range []Registration{RegLink, RegLegacy} {
+	for _, reg := range kernelRegistrations() {
 		t.Run(string(reg), func(t *testing.T) {
 			requireKernelCC(t, "theta_powertcp")
 			l := New(testHost(t), WithRegistration(reg))
@@ -261,53 +328,8 @@ func TestDetachWithLiveSockets(t *testing.T) {
 			}
 			t.Cleanup(func() { l.Detach("theta_powertcp") })
 			p := newPair(t)
-
-			var ln net.Listener
-			if err := p.B.Do(func() (err error) {
-				ln, err = net.Listen("tcp4", netip.AddrPortFrom(p.B.Addr, 0).String())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			received := make(chan int64, 1)
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					received <- -1
-					return
-				}
-				defer c.Close()
-				var n int64
-				buf := make([]byte, 64<<10)
-				c.SetReadDeadline(time.Now().Add(30 * time.Second))
-				for {
-					k, err := c.Read(buf)
-					n += int64(k)
-					if err != nil {
-						break
-					}
-				}
-				received <- n
-			}()
-
-			var conn *net.TCPConn
-			if err := p.A.Do(func() error {
-				d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-					var serr error
-					rc.Control(func(fd uintptr) {
-						serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "theta_powertcp")
-					})
-					return serr
-				}}
-				c, err := d.Dial("tcp4", ln.Addr().String())
-				if err == nil {
-					conn = c.(*net.TCPConn)
-				}
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			ln, received := drainListener(t, p.B, p.B.Addr)
+			conn := dialCC(t, p.A, ln.Addr().String(), "theta_powertcp")
 			chunk := make([]byte, 1<<20)
 			if _, err := conn.Write(chunk); err != nil {
 				t.Fatal(err)
@@ -338,5 +360,71 @@ func TestDetachWithLiveSockets(t *testing.T) {
 				t.Fatalf("receiver got %d bytes, want %d", n, 9<<20)
 			}
 		})
+	}
+}
+
+// TestSetReachesLiveSockets changes base_rtt on a connection that is
+// sending. θ-PowerTCP paces at cwnd/τ, so τ = 1s must bring the pacing
+// rate the kernel reports down to about one window per second at the next
+// window update.
+func TestSetReachesLiveSockets(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp")
+	l := New(testHost(t))
+	attachForTest(t, l, AttachRequest{Name: "theta_powertcp"})
+	p := newPair(t)
+	ln, received := drainListener(t, p.B, p.B.Addr)
+	conn := dialCC(t, p.A, ln.Addr().String(), "theta_powertcp")
+
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		chunk := make([]byte, 64<<10)
+		conn.SetWriteDeadline(time.Now().Add(60 * time.Second))
+		for {
+			select {
+			case <-stop:
+				wrote <- conn.CloseWrite()
+				return
+			default:
+			}
+			if _, err := conn.Write(chunk); err != nil {
+				wrote <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		// Back to a sane τ so that what is queued drains quickly.
+		l.Set("theta_powertcp", map[string]string{"base_rtt": "0"})
+		close(stop)
+		if err := <-wrote; err != nil {
+			t.Errorf("sender: %v", err)
+		}
+		if n := <-received; n <= 0 {
+			t.Errorf("receiver got %d bytes", n)
+		}
+	}()
+
+	time.Sleep(300 * time.Millisecond)
+	before := tcpInfo(t, conn)
+	if _, err := l.Set("theta_powertcp", map[string]string{"base_rtt": "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after := tcpInfo(t, conn)
+		window := uint64(after.Snd_cwnd) * uint64(after.Snd_mss)
+		if after.Pacing_rate <= 2*window {
+			t.Logf("pacing %d B/s before set base_rtt=1s, %d B/s after (window %d B)", before.Pacing_rate, after.Pacing_rate, window)
+			if before.Pacing_rate <= 2*uint64(before.Snd_cwnd)*uint64(before.Snd_mss) {
+				t.Errorf("pacing before the change (%d B/s) was already that low", before.Pacing_rate)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pacing %d B/s before set base_rtt=1s and %d B/s five seconds after (window %d B): the live socket did not pick it up",
+				before.Pacing_rate, after.Pacing_rate, window)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

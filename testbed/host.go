@@ -257,10 +257,12 @@ func restoreNetns(orig netns.NsHandle) bool {
 }
 
 // Command returns an exec.Cmd that runs name with args inside the host's
-// netns, via `ip netns exec`.
+// netns, via `nsenter --net=/var/run/netns/NAME`. nsenter is in both
+// util-linux and busybox, so the same tests run on a full host and in the
+// vmtests' busybox initramfs, where `ip netns exec` does not exist.
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	argv := append([]string{"netns", "exec", h.Name, name}, args...)
-	return exec.CommandContext(ctx, "ip", argv...)
+	argv := append([]string{"--net=" + filepath.Join(netnsDir, h.Name), "--", name}, args...)
+	return exec.CommandContext(ctx, "nsenter", argv...)
 }
 
 // String returns the netns name.

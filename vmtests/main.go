@@ -1,0 +1,283 @@
+// Command vmtests boots real Debian kernels under QEMU and runs ccload's
+// kernel-facing Go tests inside them, so that every CI run checks the
+// kernels users run, not only the host's.
+//
+//	go run ./vmtests --kernel 6.1 --kernel 6.12
+//
+// For each kernel it downloads the Debian cloud kernel package (once; the
+// cache survives between runs), builds an initramfs with busybox, static
+// test binaries, the ccload binary and the needed modules, boots it (KVM
+// when it works, TCG otherwise), and reads each test's result from the
+// serial console. It exits 0 only when every test passed on every kernel:
+// a failure, a skip, a hang or a kernel that cannot be fetched or booted
+// is an error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// guestPackages are the test packages run in every guest, with the tests
+// they run there. Benchmarks of speed stay on the host: TCG timing says
+// nothing about performance.
+func guestPackages() []testPackage {
+	return []testPackage{
+		{name: "loader", path: "loader", tests: "^(" + strings.Join([]string{
+			"TestAttachDetachLifecycle", "TestAttachUpdatesParamsWhenAttached", "TestAttachErrors",
+			"TestNotAttachedErrors", "TestStatusChecks", "TestAttachDefault",
+			"TestSelectAndTransfer", "TestDCTCPFallsBackWithoutECN", "TestSysctlInitNetns",
+			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
+			"TestSelectCongControl", "TestParamLayoutMatchesBTF",
+		}, "|") + ")$"},
+	}
+}
+
+type kernelFlags []string
+
+func (k *kernelFlags) String() string     { return strings.Join(*k, ",") }
+func (k *kernelFlags) Set(v string) error { *k = append(*k, v); return nil }
+
+type options struct {
+	kernels      []string
+	cache        string
+	accel        string
+	timeout      time.Duration
+	jsonOut      string
+	updateReadme string
+	verbose      bool
+}
+
+func main() {
+	var o options
+	var ks kernelFlags
+	flag.Var(&ks, "kernel", "kernel series to boot: 6.1 or 6.12 (repeatable)")
+	flag.StringVar(&o.cache, "cache", defaultCache(), "download and build cache (kept between runs)")
+	flag.StringVar(&o.accel, "accel", "auto", "auto (KVM if it boots, else TCG), kvm or tcg")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "per-guest deadline; a guest still running then has hung")
+	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
+	flag.StringVar(&o.updateReadme, "update-readme", "", "rewrite the supported-kernels table in this README")
+	flag.BoolVar(&o.verbose, "v", false, "copy every guest's console to stdout")
+	flag.Parse()
+	o.kernels = ks
+	if len(o.kernels) == 0 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, o))
+}
+
+func defaultCache() string {
+	if d := os.Getenv("CCLOAD_VMTEST_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/ccload-vmtests"
+}
+
+func run(ctx context.Context, o options) int {
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Printf("vmtests: "+format+"\n", args...)
+	}
+	var specs []kernelSpec
+	for _, s := range o.kernels {
+		k, err := lookupKernel(s)
+		if err != nil {
+			logf("%v", err)
+			return 2
+		}
+		specs = append(specs, k)
+	}
+	if err := os.MkdirAll(o.cache, 0o755); err != nil {
+		logf("cache: %v", err)
+		return 1
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	work, err := os.MkdirTemp("", "ccload-vmtests-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer os.RemoveAll(work)
+
+	logf("building static test binaries")
+	pkgs := guestPackages()
+	if err := buildBinaries(ctx, root, work, pkgs); err != nil {
+		logf("build: %v", err)
+		return 1
+	}
+
+	var results []kernelResult
+	for _, spec := range specs {
+		r := runKernel(ctx, o, spec, work, pkgs, logf)
+		results = append(results, r)
+	}
+
+	printTable(os.Stdout, results)
+	total := time.Since(start).Round(time.Second)
+	logf("total %v", total)
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+			logf("write %s: %v", o.jsonOut, err)
+			return 1
+		}
+	}
+	if o.updateReadme != "" {
+		if err := updateReadme(o.updateReadme, results, total); err != nil {
+			logf("update %s: %v", o.updateReadme, err)
+			return 1
+		}
+	}
+	for _, r := range results {
+		if !r.ok() {
+			return 1
+		}
+	}
+	return 0
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run vmtests from inside the ccload module")
+		}
+		dir = parent
+	}
+}
+
+// runKernel fetches, packs and boots one kernel and collects its results.
+func runKernel(ctx context.Context, o options, spec kernelSpec, work string, pkgs []testPackage, logf func(string, ...any)) kernelResult {
+	r := kernelResult{Series: spec.series}
+	t0 := time.Now()
+	fail := func(err error) kernelResult {
+		r.Error = err.Error()
+		r.Seconds = time.Since(t0).Seconds()
+		logf("kernel %s: %v", spec.series, err)
+		return r
+	}
+	k, err := fetchKernel(ctx, o.cache, spec, logf)
+	if err != nil {
+		return fail(err)
+	}
+	r.Package, r.Release = k.pkg, k.release
+	initrd := filepath.Join(work, "initrd-"+spec.series+".gz")
+	if err := buildInitramfs(ctx, k, work, pkgs, initrd); err != nil {
+		return fail(fmt.Errorf("initramfs: %w", err))
+	}
+
+	logPath := filepath.Join(o.cache, "console-"+spec.series+".log")
+	r.ConsoleLogLoc = logPath
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return fail(err)
+	}
+	defer logFile.Close()
+	var console io.Writer = logFile
+	if o.verbose {
+		console = io.MultiWriter(logFile, os.Stdout)
+	}
+
+	accel := o.accel
+	if accel == "auto" {
+		accel = "tcg"
+		known, works := kvmVerdict(o.cache)
+		if _, err := os.Stat("/dev/kvm"); err == nil && (!known || works) {
+			logf("kernel %s: trying KVM", k.release)
+			text, err := bootVM(ctx, k, initrd, "kvm", o.timeout, 45*time.Second, console)
+			if !errors.Is(err, errNoBoot) {
+				saveKVMVerdict(o.cache, true)
+				r.Accel = "kvm"
+				return finish(r, t0, text, err, logf)
+			}
+			saveKVMVerdict(o.cache, false)
+			logf("kernel %s: KVM does not boot guests here; using TCG", k.release)
+		}
+	}
+	r.Accel = accel
+	logf("kernel %s: booting under %s (console log: %s)", k.release, accel, logPath)
+	text, err := bootVM(ctx, k, initrd, accel, o.timeout, 0, console)
+	return finish(r, t0, text, err, logf)
+}
+
+func finish(r kernelResult, t0 time.Time, text string, err error, logf func(string, ...any)) kernelResult {
+	r.Seconds = time.Since(t0).Seconds()
+	parseConsole(text, &r)
+	if err != nil {
+		r.Error = err.Error()
+	}
+	for _, m := range r.InsmodFailed {
+		if r.Error == "" {
+			r.Error = "insmod failed: " + m
+		}
+	}
+	logf("kernel %s: %s", r.Release, map[bool]string{true: "ok", false: "FAILED"}[r.ok()])
+	return r
+}
+
+func printTable(w io.Writer, results []kernelResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nKERNEL\tACCEL\tPACKAGE\tPASS\tFAIL\tSKIP\tRESULT\tTIME")
+	for _, r := range results {
+		if len(r.Packages) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\terror: %s\t%.0fs\n", orSeries(r), r.Accel, r.Error, r.Seconds)
+			continue
+		}
+		for _, p := range r.Packages {
+			res := "ok"
+			if !r.ok() {
+				res = "FAIL"
+				if r.Error != "" {
+					res += ": " + r.Error
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.0fs\n", orSeries(r), r.Accel, p.Package,
+				p.count("pass"), p.count("fail"), p.count("skip"), res, r.Seconds)
+		}
+	}
+	tw.Flush()
+	for _, r := range results {
+		for _, p := range r.Packages {
+			for _, t := range p.Tests {
+				if t.Status != "pass" {
+					fmt.Fprintf(w, "  %s %s %s: %s: %s\n", orSeries(r), p.Package, strings.ToUpper(t.Status), t.Name, t.Reason)
+				}
+			}
+			if !p.Finished {
+				fmt.Fprintf(w, "  %s %s: did not finish (see %s)\n", orSeries(r), p.Package, r.ConsoleLogLoc)
+			}
+		}
+	}
+}
+
+func orSeries(r kernelResult) string {
+	if r.Release != "" {
+		return r.Release
+	}
+	return r.Series
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+const (
+	markerBooted = "CCLOAD-VMTEST booted"
+	markerDone   = "CCLOAD-VMTEST done"
+)
+
+// errNoBoot means the guest printed nothing from /init in time.
+var errNoBoot = errors.New("guest did not reach /init")
+
+// bootVM runs the guest until it powers off, the deadline passes, or (when
+// bootTimeout > 0) /init has not started in bootTimeout. It returns the
+// console output; every line also goes to console.
+func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootTimeout time.Duration, console io.Writer) (string, error) {
+	args := []string{
+		"-m", "2048", "-smp", "2", "-nographic", "-no-reboot", "-nic", "none",
+		"-kernel", k.vmlinuz(), "-initrd", initrd,
+		"-append", "console=ttyS0 panic=-1 loglevel=4",
+	}
+	switch accel {
+	case "kvm":
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	default:
+		args = append(args, "-accel", "tcg,thread=multi", "-cpu", "max")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	cmd.Stdin = nil
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stderr = cmd.Stdout
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start qemu (apt-get install qemu-system-x86): %w", err)
+	}
+
+	booted := make(chan struct{})
+	var out strings.Builder
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		seen := false
+		for sc.Scan() {
+			line := strings.TrimRight(sc.Text(), "\r")
+			out.WriteString(line + "\n")
+			fmt.Fprintln(console, line)
+			if !seen && strings.Contains(line, markerBooted) {
+				seen = true
+				close(booted)
+			}
+		}
+	}()
+
+	var bootErr error
+	if bootTimeout > 0 {
+		select {
+		case <-booted:
+		case <-readDone:
+		case <-time.After(bootTimeout):
+			bootErr = errNoBoot
+			cancel()
+		}
+	}
+	<-readDone
+	werr := cmd.Wait()
+	text := out.String()
+	switch {
+	case bootErr != nil:
+		return text, bootErr
+	case !strings.Contains(text, markerBooted):
+		return text, fmt.Errorf("%w (qemu: %v)", errNoBoot, werr)
+	case ctx.Err() == context.DeadlineExceeded && !strings.Contains(text, markerDone):
+		return text, fmt.Errorf("guest hung: no result after %v", timeout)
+	case !strings.Contains(text, markerDone):
+		return text, fmt.Errorf("guest stopped before finishing (qemu: %v)", werr)
+	}
+	return text, nil
+}
+
+// kvmWorks reports a cached verdict on whether KVM boots guests here.
+func kvmVerdict(cache string) (known, works bool) {
+	b, err := os.ReadFile(cache + "/kvm-verdict-" + hostRelease())
+	if err != nil {
+		return false, false
+	}
+	return true, strings.TrimSpace(string(b)) == "works"
+}
+
+func saveKVMVerdict(cache string, works bool) {
+	v := "broken"
+	if works {
+		v = "works"
+	}
+	os.WriteFile(cache+"/kvm-verdict-"+hostRelease(), []byte(v+"\n"), 0o644)
+}
+
+func hostRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
