@@ -51,6 +51,7 @@ func (k *kernelFlags) Set(v string) error { *k = append(*k, v); return nil }
 
 type options struct {
 	kernels      []string
+	only         []string // pkg=regexp overrides of guestPackages
 	cache        string
 	accel        string
 	timeout      time.Duration
@@ -69,8 +70,11 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.updateReadme, "update-readme", "", "rewrite the supported-kernels table in this README")
 	flag.BoolVar(&o.verbose, "v", false, "copy every guest's console to stdout")
+	var only kernelFlags
+	flag.Var(&only, "only", "run only PKG's tests matching REGEXP in the guest, as PKG=REGEXP (repeatable; PKG is a directory of the module)")
 	flag.Parse()
 	o.kernels = ks
+	o.only = only
 	if len(o.kernels) == 0 || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE]")
 		os.Exit(2)
@@ -117,8 +121,24 @@ func run(ctx context.Context, o options) int {
 	}
 	defer os.RemoveAll(work)
 
-	logf("building static test binaries")
 	pkgs := guestPackages()
+	if len(o.only) > 0 {
+		pkgs = nil
+		for _, o := range o.only {
+			path, regex, ok := strings.Cut(o, "=")
+			if !ok || path == "" {
+				logf("--only %q: want PKG=REGEXP", o)
+				return 2
+			}
+			pkgs = append(pkgs, testPackage{name: strings.ReplaceAll(path, "/", "_"), path: path, tests: regex})
+		}
+	}
+	logs := filepath.Join(o.cache, "logs", fmt.Sprintf("%s-%d", time.Now().Format("20060102-150405"), os.Getpid()))
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	logf("building static test binaries")
 	if err := buildBinaries(ctx, root, work, pkgs); err != nil {
 		logf("build: %v", err)
 		return 1
@@ -126,7 +146,7 @@ func run(ctx context.Context, o options) int {
 
 	var results []kernelResult
 	for _, spec := range specs {
-		r := runKernel(ctx, o, spec, work, pkgs, logf)
+		r := runKernel(ctx, o, spec, work, logs, pkgs, logf)
 		results = append(results, r)
 	}
 
@@ -172,7 +192,7 @@ func moduleRoot() (string, error) {
 }
 
 // runKernel fetches, packs and boots one kernel and collects its results.
-func runKernel(ctx context.Context, o options, spec kernelSpec, work string, pkgs []testPackage, logf func(string, ...any)) kernelResult {
+func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs string, pkgs []testPackage, logf func(string, ...any)) kernelResult {
 	r := kernelResult{Series: spec.series}
 	t0 := time.Now()
 	fail := func(err error) kernelResult {
@@ -191,7 +211,7 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work string, pkg
 		return fail(fmt.Errorf("initramfs: %w", err))
 	}
 
-	logPath := filepath.Join(o.cache, "console-"+spec.series+".log")
+	logPath := filepath.Join(logs, "console-"+spec.series+".log")
 	r.ConsoleLogLoc = logPath
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -37,3 +37,19 @@ func RequireFile(t testing.TB, path, what string) {
 		Skip(t, what+" is missing: "+err.Error())
 	}
 }
+
+// InVMEnv is set by the vmtests guest's /init.
+const InVMEnv = "CCLOAD_IN_VM"
+
+// SkipKernelLacks skips t because the running kernel lacks a feature
+// (sch_fq, the tcp_dctcp module, ...) that the kernels booted by vmtests
+// have. On the host this skip is allowed even where NoSkipEnv is set,
+// because `go run ./vmtests` runs the test on kernels that have the
+// feature; inside a vmtests guest it is a failure.
+func SkipKernelLacks(t testing.TB, feature string) {
+	t.Helper()
+	if os.Getenv(InVMEnv) != "" {
+		t.Fatalf("the guest kernel lacks %s, which the vmtests guest must have", feature)
+	}
+	t.Skipf("this kernel lacks %s; vmtests (go run ./vmtests --kernel 6.1 --kernel 6.12) runs this test on kernels that have it", feature)
+}
