@@ -303,6 +303,10 @@ func loadError(name string, err error) error {
 	if errors.As(err, &ve) {
 		return newError(KindLoad, fix, fmt.Errorf("%+v", ve), "the verifier rejected %s", name)
 	}
+	if errors.Is(err, unix.EEXIST) {
+		return newError(KindNameTaken, "another process registered it at the same moment; run `ccload list`, then attach again",
+			err, "the kernel already has a congestion control named %q", name)
+	}
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 		return newError(KindMissingCaps, "run as root, or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN; check that no LSM (lockdown=confidentiality) blocks BPF", err, "the kernel refused to load %s", name)
 	}

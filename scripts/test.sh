@@ -18,9 +18,12 @@ fi
 
 step "packages"
 # clang-19/llvm-19/libbpf-dev: regenerate and check the BPF objects.
-# bpftool: scripts/gen-vmlinux.sh. iproute2: `ip netns exec`, `tc`.
-# procps: sysctl, used as a user would in the tests.
-pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps)
+# bpftool: scripts/gen-vmlinux.sh. iproute2: `tc` in the testbed tests.
+# procps: sysctl, used as a user would in the tests. util-linux: nsenter,
+# setpriv. busybox-static, cpio, qemu-system-x86, xz-utils, kmod: the
+# vmtests' initramfs and guests.
+pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps util-linux
+	busybox-static cpio qemu-system-x86 xz-utils kmod)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -55,4 +58,9 @@ if [ "${CI:-}" = "true" ]; then
 fi
 # -p 1: kernel tests in different packages register the same CC names,
 # which are global to the kernel.
-go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -p 1 -timeout 20m ./...
+status=0
+go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -p 1 -timeout 20m ./... || status=1
+
+step "vmtests: the kernel tests on Debian's 6.1 and 6.12 kernels"
+go run ./vmtests --kernel 6.1 --kernel 6.12 || status=1
+exit $status

@@ -152,7 +152,7 @@ func run(ctx context.Context, o options) int {
 
 	printTable(os.Stdout, results)
 	total := time.Since(start).Round(time.Second)
-	logf("total %v", total)
+	logf("total %v on %d kernels", total, len(results))
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(results, "", "  ")
 		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
@@ -166,12 +166,22 @@ func run(ctx context.Context, o options) int {
 			return 1
 		}
 	}
+	// The closing line: test counts over every guest.
+	var pass, fail, skip int
+	code := 0
 	for _, r := range results {
+		for _, p := range r.Packages {
+			pass, fail, skip = pass+p.count("pass"), fail+p.count("fail"), skip+p.count("skip")
+		}
 		if !r.ok() {
-			return 1
+			code = 1
+			if len(r.Packages) == 0 {
+				fail++ // a guest that never ran its tests is a failure too
+			}
 		}
 	}
-	return 0
+	fmt.Printf("vmtests: %d passed, %d failed, %d skipped\n", pass, fail, skip)
+	return code
 }
 
 func moduleRoot() (string, error) {
