@@ -9,3 +9,5 @@ package loader
 
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem theta_powertcp thetaPowertcp ../bpf/theta_powertcp.c
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem dctcp dctcp ../bpf/dctcp.c
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem int_sockops intSockops ../bpf/int_sockops.c
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem powertcp powertcp ../bpf/powertcp.c

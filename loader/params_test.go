@@ -214,9 +214,9 @@ func TestSelectCongControl(t *testing.T) {
 				attached[name] = p.AttachTo
 			}
 		}
-		want := "theta_cong_control"
+		want := "theta_powertcp_cong_control"
 		if args == 2 {
-			want = "theta_cong_control_legacy"
+			want = "theta_powertcp_cong_control_legacy"
 		}
 		if len(attached) != 1 || attached[want] == "" {
 			t.Errorf("args=%d: cong_control programs %v, want only %s", args, attached, want)

@@ -17,6 +17,8 @@ var statNames = [...]string{
 	"loss_events",
 	"ecn_ce_rounds",
 	"fallbacks",
+	"int_samples",
+	"no_int_acks",
 }
 
 // Stats are a CC's counters, summed over CPUs, keyed by name.

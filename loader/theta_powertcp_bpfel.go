@@ -16,16 +16,16 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	thetaPowertcpMapParams                  = "params"
-	thetaPowertcpMapStats                   = "stats"
-	thetaPowertcpMapThetaPowertcp           = "theta_powertcp"
-	thetaPowertcpProgThetaCongControl       = "theta_cong_control"
-	thetaPowertcpProgThetaCongControlLegacy = "theta_cong_control_legacy"
-	thetaPowertcpProgThetaInit              = "theta_init"
-	thetaPowertcpProgThetaRelease           = "theta_release"
-	thetaPowertcpProgThetaSetState          = "theta_set_state"
-	thetaPowertcpProgThetaSsthresh          = "theta_ssthresh"
-	thetaPowertcpProgThetaUndoCwnd          = "theta_undo_cwnd"
+	thetaPowertcpMapParams                          = "params"
+	thetaPowertcpMapStats                           = "stats"
+	thetaPowertcpMapThetaPowertcp                   = "theta_powertcp"
+	thetaPowertcpProgThetaPowertcpCongControl       = "theta_powertcp_cong_control"
+	thetaPowertcpProgThetaPowertcpCongControlLegacy = "theta_powertcp_cong_control_legacy"
+	thetaPowertcpProgThetaPowertcpInit              = "theta_powertcp_init"
+	thetaPowertcpProgThetaPowertcpRelease           = "theta_powertcp_release"
+	thetaPowertcpProgThetaPowertcpSetState          = "theta_powertcp_set_state"
+	thetaPowertcpProgThetaPowertcpSsthresh          = "theta_powertcp_ssthresh"
+	thetaPowertcpProgThetaPowertcpUndoCwnd          = "theta_powertcp_undo_cwnd"
 )
 
 // loadThetaPowertcp returns the embedded CollectionSpec for thetaPowertcp.
@@ -70,13 +70,13 @@ type thetaPowertcpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type thetaPowertcpProgramSpecs struct {
-	ThetaCongControl       *ebpf.ProgramSpec `ebpf:"theta_cong_control"`
-	ThetaCongControlLegacy *ebpf.ProgramSpec `ebpf:"theta_cong_control_legacy"`
-	ThetaInit              *ebpf.ProgramSpec `ebpf:"theta_init"`
-	ThetaRelease           *ebpf.ProgramSpec `ebpf:"theta_release"`
-	ThetaSetState          *ebpf.ProgramSpec `ebpf:"theta_set_state"`
-	ThetaSsthresh          *ebpf.ProgramSpec `ebpf:"theta_ssthresh"`
-	ThetaUndoCwnd          *ebpf.ProgramSpec `ebpf:"theta_undo_cwnd"`
+	ThetaPowertcpCongControl       *ebpf.ProgramSpec `ebpf:"theta_powertcp_cong_control"`
+	ThetaPowertcpCongControlLegacy *ebpf.ProgramSpec `ebpf:"theta_powertcp_cong_control_legacy"`
+	ThetaPowertcpInit              *ebpf.ProgramSpec `ebpf:"theta_powertcp_init"`
+	ThetaPowertcpRelease           *ebpf.ProgramSpec `ebpf:"theta_powertcp_release"`
+	ThetaPowertcpSetState          *ebpf.ProgramSpec `ebpf:"theta_powertcp_set_state"`
+	ThetaPowertcpSsthresh          *ebpf.ProgramSpec `ebpf:"theta_powertcp_ssthresh"`
+	ThetaPowertcpUndoCwnd          *ebpf.ProgramSpec `ebpf:"theta_powertcp_undo_cwnd"`
 }
 
 // thetaPowertcpMapSpecs contains maps before they are loaded into the kernel.
@@ -137,24 +137,24 @@ type thetaPowertcpVariables struct {
 //
 // It can be passed to loadThetaPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type thetaPowertcpPrograms struct {
-	ThetaCongControl       *ebpf.Program `ebpf:"theta_cong_control"`
-	ThetaCongControlLegacy *ebpf.Program `ebpf:"theta_cong_control_legacy"`
-	ThetaInit              *ebpf.Program `ebpf:"theta_init"`
-	ThetaRelease           *ebpf.Program `ebpf:"theta_release"`
-	ThetaSetState          *ebpf.Program `ebpf:"theta_set_state"`
-	ThetaSsthresh          *ebpf.Program `ebpf:"theta_ssthresh"`
-	ThetaUndoCwnd          *ebpf.Program `ebpf:"theta_undo_cwnd"`
+	ThetaPowertcpCongControl       *ebpf.Program `ebpf:"theta_powertcp_cong_control"`
+	ThetaPowertcpCongControlLegacy *ebpf.Program `ebpf:"theta_powertcp_cong_control_legacy"`
+	ThetaPowertcpInit              *ebpf.Program `ebpf:"theta_powertcp_init"`
+	ThetaPowertcpRelease           *ebpf.Program `ebpf:"theta_powertcp_release"`
+	ThetaPowertcpSetState          *ebpf.Program `ebpf:"theta_powertcp_set_state"`
+	ThetaPowertcpSsthresh          *ebpf.Program `ebpf:"theta_powertcp_ssthresh"`
+	ThetaPowertcpUndoCwnd          *ebpf.Program `ebpf:"theta_powertcp_undo_cwnd"`
 }
 
 func (p *thetaPowertcpPrograms) Close() error {
 	return _ThetaPowertcpClose(
-		p.ThetaCongControl,
-		p.ThetaCongControlLegacy,
-		p.ThetaInit,
-		p.ThetaRelease,
-		p.ThetaSetState,
-		p.ThetaSsthresh,
-		p.ThetaUndoCwnd,
+		p.ThetaPowertcpCongControl,
+		p.ThetaPowertcpCongControlLegacy,
+		p.ThetaPowertcpInit,
+		p.ThetaPowertcpRelease,
+		p.ThetaPowertcpSetState,
+		p.ThetaPowertcpSsthresh,
+		p.ThetaPowertcpUndoCwnd,
 	)
 }
 

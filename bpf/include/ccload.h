@@ -74,6 +74,8 @@ enum ccload_stat {
 	STAT_LOSS_EVENTS,	/* entries into recovery or RTO */
 	STAT_ECN_CE_ACKS,	/* ACK rounds that reported CE marks (DCTCP) */
 	STAT_FALLBACKS,		/* sockets handed to the fallback CC (DCTCP) */
+	STAT_INT_SAMPLES,	/* ACKs that brought new INT records (PowerTCP, HPCC) */
+	STAT_NO_INT_ACKS,	/* ACKs handled without INT: θ mode (PowerTCP) */
 	STAT_MAX,
 };
 

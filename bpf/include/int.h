@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * int.h: the INT TCP option (docs/int-option.md) as the BPF programs see
+ * it, and the per-socket telemetry that the sockops program hands to the
+ * congestion controls.
+ *
+ * Option: kind 253 (RFC 6994), length 4 + 8*N, 16-bit ExID, N hop slots.
+ * Hop slot, one big-endian 64-bit word:
+ *   63..60 rate code (0 = empty slot)   59..36 timestamp, ns mod 2^24
+ *   35..16 txBytes, 128 B units mod 2^20  15..0 qlen, 80 B units, saturating
+ */
+#ifndef CCLOAD_INT_H
+#define CCLOAD_INT_H
+
+#define INT_OPT_KIND 253
+#define INT_EXID_FORWARD 0xCC10
+#define INT_EXID_ECHO 0xCC11
+#define INT_OPT_HDR 4
+#define INT_HOP_SIZE 8
+#define INT_MAX_HOPS 4
+#define INT_OPT_LEN(n) (INT_OPT_HDR + INT_HOP_SIZE * (n))
+
+#define INT_TS_BITS 24
+#define INT_TX_BITS 20
+#define INT_QLEN_BITS 16
+#define INT_TX_UNIT 128
+#define INT_QLEN_UNIT 80
+
+static __always_inline __u32 int_hop_rate_code(__u64 w) { return w >> 60; }
+static __always_inline __u32 int_hop_ts(__u64 w) { return (w >> 36) & ((1U << INT_TS_BITS) - 1); }
+static __always_inline __u32 int_hop_tx(__u64 w) { return (w >> 16) & ((1U << INT_TX_BITS) - 1); }
+static __always_inline __u32 int_hop_qlen(__u64 w) { return w & 0xffff; }
+
+static __always_inline __u64 int_hop_word(__u32 code, __u64 ts_ns, __u64 tx_bytes, __u64 qlen_bytes)
+{
+	__u64 q = qlen_bytes / INT_QLEN_UNIT;
+
+	if (q > 0xffff)
+		q = 0xffff;
+	return ((__u64)(code & 0xf) << 60) |
+	       ((ts_ns & ((1ULL << INT_TS_BITS) - 1)) << 36) |
+	       (((tx_bytes / INT_TX_UNIT) & ((1ULL << INT_TX_BITS) - 1)) << 16) | q;
+}
+
+/* Link rate of a rate code, in Mbit/s; 0 for empty or reserved codes. */
+static __always_inline __u64 int_rate_mbps(__u32 code)
+{
+	switch (code) {
+	case 1: return 100;
+	case 2: return 1000;
+	case 3: return 2500;
+	case 4: return 5000;
+	case 5: return 10000;
+	case 6: return 25000;
+	case 7: return 40000;
+	case 8: return 50000;
+	case 9: return 100000;
+	case 10: return 200000;
+	case 11: return 400000;
+	case 12: return 800000;
+	}
+	return 0;
+}
+
+/* Per-socket state in the shared "int_store" BPF_MAP_TYPE_SK_STORAGE map. */
+struct int_sk {
+	__u32 flags;		/* INT_SK_* */
+	__u32 data_skbs;	/* data skbs sent, for every-Nth tagging */
+	/* Receiver side: the newest hop records that arrived, to echo. */
+	__u32 fwd_hops;
+	__u32 fwd_seq;		/* bumped on every forward option received */
+	__u64 fwd[INT_MAX_HOPS];	/* host byte order */
+	/* Sender side: the newest echo, for the congestion control. */
+	__u32 echo_hops;
+	__u32 echo_seq;		/* bumped on every echo parsed */
+	__u64 echo_ns;		/* bpf_ktime_get_ns() when it was parsed */
+	__u64 echo[INT_MAX_HOPS];	/* host byte order */
+};
+
+#define INT_SK_SCOPED 0x1	/* the peer is in the configured prefixes */
+
+/*
+ * The map that carries struct int_sk. The sockops object and every CC that
+ * reads INT declare it; the loader makes them share one map (pinned as
+ * /sys/fs/bpf/ccload/int/store).
+ */
+#define INT_STORE_MAP                                                        \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_SK_STORAGE);                       \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                        \
+		__type(key, int);                                            \
+		__type(value, struct int_sk);                                \
+	} int_store SEC(".maps")
+
+/* Run-time configuration of the sockops program (int_config map). */
+struct int_config {
+	__u32 enabled;		/* 0 = do nothing */
+	__u32 slots;		/* hop slots in forward options, 1..INT_MAX_HOPS */
+	__u32 tag_every;	/* tag one data skb in tag_every; 1 = all */
+	__u32 tso_only;		/* tag only skbs of more than one MSS */
+};
+
+#endif /* CCLOAD_INT_H */

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * powertcp: PowerTCP with in-band network telemetry (PowerTCP, NSDI'22,
+ * Algorithm 1; parameters from §3.3).
+ *
+ * Every ACK that brings a new INT echo (bpf/int_sockops.c puts it in the
+ * socket's int_store entry before the CC runs), for each hop i, against
+ * the previous echo:
+ *     dt      = ts_i - ts_i'                       (ns, mod 2^24)
+ *     λ       = (qlen_i - qlen_i')/dt + (tx_i - tx_i')/dt     current
+ *     v       = qlen_i + b_i·τ                                 voltage
+ *     Γ'_norm = λ·v / (b_i²·τ)
+ * and the hop with the largest Γ'_norm is smoothed in with its dt:
+ *     Γ = (Γ·(τ - Δt) + Γ'_norm·Δt) / τ,  Δt = min(dt, τ)
+ * Every ACK then updates the window,
+ *     cwnd = γ·(cwnd_old/Γ + β) + (1 - γ)·cwnd,  rate = cwnd/τ,
+ * and cwnd_old is remembered once per RTT.
+ *
+ * An ACK without INT (no hop on the path, or the peer does not echo) is
+ * handled as θ-PowerTCP handles it, from the RTT; the no_int_acks counter
+ * says how often that happens, so a path without telemetry is visible.
+ */
+#include "include/power.h"
+#include "include/int.h"
+
+char _license[] SEC("license") = "GPL";
+
+INT_STORE_MAP;
+
+/* A sample older than this may have wrapped the 24-bit ns timestamps. */
+#define INT_MAX_GAP_NS 8000000ULL
+#define POWER_CURRENT_MAX (16 * (__s64)FP_ONE)
+
+/*
+ * Normalised power of one hop between two of its records, FP_ONE-scaled,
+ * or -1 when the pair says nothing (same timestamp, unknown rate). *dt_us
+ * gets the time between the records.
+ */
+static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us, __u64 *dt_us)
+{
+	__u64 mbps = int_rate_mbps(int_hop_rate_code(now_w));
+	__u64 dt, tx, bdp, denom;
+	__s64 dq, current, voltage;
+
+	dt = (int_hop_ts(now_w) - int_hop_ts(prev_w)) & ((1U << INT_TS_BITS) - 1);
+	if (!mbps || !dt)
+		return -1;
+	tx = ((int_hop_tx(now_w) - int_hop_tx(prev_w)) & ((1U << INT_TX_BITS) - 1)) * INT_TX_UNIT;
+	dq = ((__s64)int_hop_qlen(now_w) - (__s64)int_hop_qlen(prev_w)) * INT_QLEN_UNIT;
+
+	/* λ/b: bytes that arrived in dt over the bytes the link can send in dt. */
+	denom = mbps * dt / 8000; /* b·dt in bytes: Mbit/s · ns / 8000 */
+	if (!denom)
+		denom = 1;
+	current = sdiv64((dq + (__s64)tx) * (__s64)FP_ONE, denom);
+	current = clamp_s64(current, -POWER_CURRENT_MAX, POWER_CURRENT_MAX);
+
+	/* v/(b·τ): queue plus BDP over the BDP. */
+	bdp = mbps * tau_us / 8; /* b·τ in bytes */
+	if (!bdp)
+		bdp = 1;
+	voltage = (__s64)(((__u64)int_hop_qlen(now_w) * INT_QLEN_UNIT + bdp) * FP_ONE / bdp);
+	voltage = clamp_s64(voltage, 0, POWER_SAMPLE_MAX);
+
+	*dt_us = dt / 1000;
+	return (current * voltage) >> FP_SHIFT;
+}
+
+/*
+ * NORMPOWER over the hops of a new echo. Returns false when it could not
+ * be used (first echo, a changed path, or a gap that may have wrapped).
+ */
+static __always_inline bool int_power(struct power_ca *ca, const struct power_params *p,
+				      const struct int_sk *st, __u32 tau)
+{
+	__s64 best = -1, g, sample;
+	__u64 best_dt = 0, dt_us = 0, dtc;
+	bool usable;
+	int i;
+
+	usable = ca->prev_echo_seq && ca->prev_hops == st->echo_hops &&
+		 st->echo_ns - ca->prev_echo_ns < INT_MAX_GAP_NS;
+	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
+		if (i >= st->echo_hops)
+			break;
+		g = hop_power(st->echo[i], ca->prev_hop[i], tau, &dt_us);
+		if (g > best) {
+			best = g;
+			best_dt = dt_us;
+		}
+	}
+	for (i = 0; i < INT_MAX_HOPS; i++)
+		ca->prev_hop[i] = st->echo[i];
+	ca->prev_hops = st->echo_hops;
+	ca->prev_echo_seq = st->echo_seq;
+	ca->prev_echo_ns = st->echo_ns;
+	if (best < 0)
+		return false;
+
+	sample = clamp_s64(best, 0, POWER_SAMPLE_MAX);
+	dtc = best_dt < tau ? best_dt : tau;
+	ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
+	ca->power = clamp_s64(ca->power, POWER_MIN, POWER_MAX);
+	return true;
+}
+
+static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_sample *rs)
+{
+	struct power_ca *ca = ca_priv(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct power_params *p = power_ack_begin(sk, ca);
+	struct int_sk *st;
+
+	if (!p)
+		return;
+	st = bpf_sk_storage_get(&int_store, sk, NULL, 0);
+	if (!st || !st->echo_hops) {
+		/* No telemetry on this path: act as θ-PowerTCP. */
+		stat_add(&stats, STAT_NO_INT_ACKS, 1);
+		theta_on_ack(sk, rs);
+		return;
+	}
+
+	/* τ still comes from the RTT: it sizes each hop's BDP. */
+	if (rs->rtt_us > 0)
+		power_track_base_rtt(ca, tp);
+	if (st->echo_seq != ca->prev_echo_seq) {
+		stat_add(&stats, STAT_INT_SAMPLES, 1);
+		int_power(ca, p, st, power_tau(p, ca, power_burst_us(sk, p)));
+	}
+
+	/* UPDATEWINDOW on every ACK; UPDATEOLD once per RTT. */
+	power_update_window(sk, ca, p);
+	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
+		ca->cwnd_old = ca->cwnd;
+		ca->last_update_seq = tp->snd_nxt;
+	}
+}
+
+POWER_STRUCT_OPS(powertcp, powertcp_on_ack);
