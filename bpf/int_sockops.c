@@ -146,19 +146,13 @@ static __always_inline __u32 clamp_slots(__u32 n)
  * or INT_EXID_ECHO (no data, and records to echo). *n is the slot count.
  */
 static __always_inline __u32 plan(struct bpf_sock_ops *skops, struct int_sk *st,
-				  struct int_config *cfg, __u32 *n, bool count)
+				  struct int_config *cfg, __u32 *n)
 {
 	if (skops->skb_len > 0) {
 		if (cfg->tso_only && skops->skb_len <= skops->mss_cache)
 			return 0;
-		if (cfg->tag_every > 1) {
-			__u32 k = st->data_skbs;
-
-			if (count)
-				st->data_skbs = k + 1;
-			if (k % cfg->tag_every)
-				return 0;
-		}
+		if (cfg->tag_every > 1 && st->data_skbs++ % cfg->tag_every)
+			return 0;
 		*n = clamp_slots(cfg->slots);
 		return INT_EXID_FORWARD;
 	}
@@ -184,30 +178,32 @@ static __always_inline void on_hdr_len(struct bpf_sock_ops *skops)
 		bpf_reserve_hdr_opt(skops, INT_OPT_LEN(clamp_slots(cfg->slots)), 0);
 		return;
 	}
+	st->planned_exid = 0;
 	/* SYNs carry no INT: the established callback turns it on. */
 	if (skops->skb_tcp_flags & 0x02)
 		return;
-	what = plan(skops, st, cfg, &n, false);
+	what = plan(skops, st, cfg, &n);
 	if (!what)
 		return;
-	if (bpf_reserve_hdr_opt(skops, INT_OPT_LEN(n), 0))
+	if (bpf_reserve_hdr_opt(skops, INT_OPT_LEN(n), 0)) {
 		stat_add(&int_stats, what == INT_EXID_FORWARD ? INT_STAT_TAG_NOSPACE : INT_STAT_ECHO_NOSPACE, 1);
+		return;
+	}
+	st->planned_exid = what;
+	st->planned_slots = n;
 }
 
 static __always_inline void on_hdr_write(struct bpf_sock_ops *skops)
 {
-	struct int_config *cfg = int_cfg();
 	struct int_sk *st = int_sk_get(skops, false);
 	struct int_opt opt = {};
-	__u32 n = 0, what, i;
+	__u32 n, what, i;
 
-	if (!cfg || !cfg->enabled || !st || !(st->flags & INT_SK_SCOPED))
+	if (!st || !st->planned_exid)
 		return;
-	if (skops->skb_tcp_flags & 0x02)
-		return;
-	what = plan(skops, st, cfg, &n, true);
-	if (!what)
-		return;
+	what = st->planned_exid;
+	n = clamp_slots(st->planned_slots);
+	st->planned_exid = 0;
 	opt.kind = INT_OPT_KIND;
 	opt.len = INT_OPT_LEN(n);
 	opt.exid = bpf_htons(what);
@@ -216,7 +212,6 @@ static __always_inline void on_hdr_write(struct bpf_sock_ops *skops)
 			if (i < n)
 				opt.hop[i] = bpf_cpu_to_be64(st->fwd[i]);
 	}
-	/* Fails with -ENOSPC when the length callback could not reserve it. */
 	if (bpf_store_hdr_opt(skops, &opt, opt.len, 0) == 0)
 		stat_add(&int_stats, what == INT_EXID_FORWARD ? INT_STAT_TAGGED : INT_STAT_ECHOED, 1);
 }

@@ -36,14 +36,16 @@ INT_STORE_MAP;
  * or -1 when the pair says nothing (same timestamp, unknown rate). *dt_us
  * gets the time between the records.
  */
-static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us, __u64 *dt_us)
+static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
+				       __u64 min_bdp, __u64 *dt_us)
 {
 	__u64 mbps = int_rate_mbps(int_hop_rate_code(now_w));
 	__u64 dt, tx, bdp, denom;
 	__s64 dq, current, voltage;
 
 	dt = (int_hop_ts(now_w) - int_hop_ts(prev_w)) & ((1U << INT_TS_BITS) - 1);
-	if (!mbps || !dt)
+	/* A different rate code means a different link: the path changed. */
+	if (!mbps || !dt || int_hop_rate_code(now_w) != int_hop_rate_code(prev_w))
 		return -1;
 	tx = ((int_hop_tx(now_w) - int_hop_tx(prev_w)) & ((1U << INT_TX_BITS) - 1)) * INT_TX_UNIT;
 	dq = ((__s64)int_hop_qlen(now_w) - (__s64)int_hop_qlen(prev_w)) * INT_QLEN_UNIT;
@@ -55,8 +57,15 @@ static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us, 
 	current = sdiv64((dq + (__s64)tx) * (__s64)FP_ONE, denom);
 	current = clamp_s64(current, -POWER_CURRENT_MAX, POWER_CURRENT_MAX);
 
-	/* v/(b·τ): queue plus BDP over the BDP. */
+	/*
+	 * v/(b·τ): queue plus BDP over the BDP. The BDP is at least one GSO
+	 * packet: a hop that forwards whole GSO packets (veth, a software
+	 * router) cannot keep its link busy with less queued, so a smaller
+	 * BDP would read that packet as congestion.
+	 */
 	bdp = mbps * tau_us / 8; /* b·τ in bytes */
+	if (bdp < min_bdp)
+		bdp = min_bdp;
 	if (!bdp)
 		bdp = 1;
 	voltage = (__s64)(((__u64)int_hop_qlen(now_w) * INT_QLEN_UNIT + bdp) * FP_ONE / bdp);
@@ -71,7 +80,7 @@ static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us, 
  * be used (first echo, a changed path, or a gap that may have wrapped).
  */
 static __always_inline bool int_power(struct power_ca *ca, const struct power_params *p,
-				      const struct int_sk *st, __u32 tau)
+				      const struct int_sk *st, __u32 tau, __u64 min_bdp)
 {
 	__s64 best = -1, g, sample;
 	__u64 best_dt = 0, dt_us = 0, dtc;
@@ -81,9 +90,19 @@ static __always_inline bool int_power(struct power_ca *ca, const struct power_pa
 	usable = ca->prev_echo_seq && ca->prev_hops == st->echo_hops &&
 		 st->echo_ns - ca->prev_echo_ns < INT_MAX_GAP_NS;
 	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
+		__u64 mbps;
+
 		if (i >= st->echo_hops)
 			break;
-		g = hop_power(st->echo[i], ca->prev_hop[i], tau, &dt_us);
+		/*
+		 * txBytes wraps every 128 MiB: at 200 Gbit/s and up that is
+		 * sooner than INT_MAX_GAP_NS. Skip a hop whose counter may
+		 * have wrapped (a gap over half its wrap time).
+		 */
+		mbps = int_rate_mbps(int_hop_rate_code(st->echo[i]));
+		if (mbps && st->echo_ns - ca->prev_echo_ns > (1ULL << 29) * 1000 / mbps)
+			continue;
+		g = hop_power(st->echo[i], ca->prev_hop[i], tau, min_bdp, &dt_us);
 		if (g > best) {
 			best = g;
 			best_dt = dt_us;
@@ -126,7 +145,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 		power_track_base_rtt(ca, tp);
 	if (st->echo_seq != ca->prev_echo_seq) {
 		stat_add(&stats, STAT_INT_SAMPLES, 1);
-		int_power(ca, p, st, power_tau(p, ca, power_burst_us(sk, p)));
+		int_power(ca, p, st, power_tau(p, ca, power_burst_us(sk, p)), sk->sk_gso_max_size);
 	}
 
 	/* UPDATEWINDOW on every ACK; UPDATEOLD once per RTT. */

@@ -230,9 +230,21 @@ func (l *Loader) register(cc *CC, f *Features, reg Registration, vals map[string
 	}
 	spec.Maps[pinParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
 
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		Programs: ebpf.ProgramOptions{KernelTypes: f.spec},
-	})
+	opts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: f.spec}}
+	if cc.UsesINT {
+		store, serr := l.sharedMap(intStoreMap, spec.Maps[intStoreMap])
+		if serr != nil {
+			return serr
+		}
+		defer store.Close()
+		defer func() {
+			if err != nil {
+				l.releaseShared()
+			}
+		}()
+		opts.MapReplacements = map[string]*ebpf.Map{intStoreMap: store}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
 	if err != nil {
 		if reg == RegLegacy {
 			// The failure may have come after the registering update.
@@ -592,6 +604,9 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("remove pins %s: %w", dir, err)
+	}
+	if cc.UsesINT {
+		l.releaseShared()
 	}
 	if err := waitUnregistered(l.host.ProcSys, name, time.Second); err != nil {
 		return nil, err

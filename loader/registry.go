@@ -18,6 +18,9 @@ type CC struct {
 	NeedsECN bool
 	// Params are the run-time parameters, in display order.
 	Params []ParamSpec
+	// UsesINT is true when the CC reads INT records from the int_store
+	// map that the INT sockops program fills (ccload int enable).
+	UsesINT bool
 
 	load func() (*ebpf.CollectionSpec, error)
 }
@@ -41,22 +44,15 @@ func Builtin() []*CC {
 		{
 			Name:    "theta_powertcp",
 			Summary: "θ-PowerTCP: power-based window from RTT and RTT gradient (PowerTCP, NSDI'22, App. D)",
-			Params: []ParamSpec{
-				{Name: "gamma", Field: "gamma", Unit: UnitFraction, Scale: fpOne, Default: "0.9",
-					Min: fpOne / 100, Max: fpOne, Doc: "EWMA weight γ of the window update"},
-				{Name: "base_rtt", Field: "base_rtt_us", Unit: UnitDuration, Default: "0",
-					Min: 1, Max: 1 << 24, Zero: "track each flow's minimum RTT",
-					Doc: "base RTT τ of the network"},
-				{Name: "host_bw", Field: "host_bw_bps", Unit: UnitBandwidth, Default: "auto", Auto: true,
-					Min: 1_000_000, Max: 1_600_000_000_000,
-					Doc: "host NIC bandwidth; auto reads the default-route interface's speed"},
-				{Name: "expected_flows", Field: "expected_flows", Unit: UnitCount, Default: "10",
-					Min: 1, Max: 1 << 20, Doc: "N in β = host_bw·τ/N: flows expected to share the NIC"},
-				{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
-					Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows",
-					Doc: "additive increase β per RTT"},
-			},
-			load: loadThetaPowertcp,
+			Params:  powerParams(),
+			load:    loadThetaPowertcp,
+		},
+		{
+			Name:    "powertcp",
+			Summary: "PowerTCP: power-based window from per-hop INT (PowerTCP, NSDI'22, Alg. 1); θ mode without INT",
+			Params:  powerParams(),
+			UsesINT: true,
+			load:    loadPowertcp,
 		},
 		{
 			Name:     "bpf_dctcp",
@@ -73,6 +69,26 @@ func Builtin() []*CC {
 	}
 	sort.Slice(ccs, func(i, j int) bool { return ccs[i].Name < ccs[j].Name })
 	return ccs
+}
+
+// powerParams are the parameters of both PowerTCP variants (struct
+// power_params in bpf/include/power.h).
+func powerParams() []ParamSpec {
+	return []ParamSpec{
+		{Name: "gamma", Field: "gamma", Unit: UnitFraction, Scale: fpOne, Default: "0.9",
+			Min: fpOne / 100, Max: fpOne, Doc: "EWMA weight γ of the window update"},
+		{Name: "base_rtt", Field: "base_rtt_us", Unit: UnitDuration, Default: "0",
+			Min: 1, Max: 1 << 24, Zero: "track each flow's minimum RTT",
+			Doc: "base RTT τ of the network"},
+		{Name: "host_bw", Field: "host_bw_bps", Unit: UnitBandwidth, Default: "auto", Auto: true,
+			Min: 1_000_000, Max: 1_600_000_000_000,
+			Doc: "host NIC bandwidth; auto reads the default-route interface's speed"},
+		{Name: "expected_flows", Field: "expected_flows", Unit: UnitCount, Default: "10",
+			Min: 1, Max: 1 << 20, Doc: "N in β = host_bw·τ/N: flows expected to share the NIC"},
+		{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
+			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows",
+			Doc: "additive increase β per RTT"},
+	}
 }
 
 // Lookup returns the built-in CC called name.

@@ -66,6 +66,14 @@ static __always_inline __u64 int_rate_mbps(__u32 code)
 struct int_sk {
 	__u32 flags;		/* INT_SK_* */
 	__u32 data_skbs;	/* data skbs sent, for every-Nth tagging */
+	/*
+	 * What the length callback reserved room for on the segment being
+	 * sent; the write callback, which follows it for the same segment,
+	 * writes exactly that. (Only the length callback can tell a data
+	 * segment from an ACK: skb_len counts the header in the other.)
+	 */
+	__u16 planned_exid;
+	__u16 planned_slots;
 	/* Receiver side: the newest hop records that arrived, to echo. */
 	__u32 fwd_hops;
 	__u32 fwd_seq;		/* bumped on every forward option received */

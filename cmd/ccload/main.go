@@ -33,6 +33,11 @@ func (a *app) loader() *loader.Loader {
 	return loader.New(a.host, opts...)
 }
 
+// printJSONLine writes v as one line of JSON, for streams.
+func (a *app) printJSONLine(v any) error {
+	return json.NewEncoder(a.out).Encode(v)
+}
+
 func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.out)
 	enc.SetIndent("", "  ")
@@ -105,7 +110,7 @@ ccload exits, until 'ccload detach'.`,
 		return usageError{cmd: c.Name(), err: err}
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
-		newDetachCmd(a), newDemoCmd(a), newVersionCmd(a))
+		newDetachCmd(a), newINTCmd(a), newDemoCmd(a), newVersionCmd(a))
 	return root
 }
 

@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * int_hop: a software INT hop. Attached to the egress of a forwarding
+ * interface (TCX, or clsact before 6.6), it writes its hop record into the
+ * first empty slot of every forward INT option that passes
+ * (docs/int-option.md), and keeps the TCP checksum valid.
+ *
+ * The queue length it reports comes from a model of the shaper it runs
+ * beside: a virtual queue drained at the configured rate and bounded by the
+ * configured buffer (packets that would overflow it count as drops, as the
+ * real queue drops them). tc egress runs before the qdisc, so each record
+ * describes the queue the packet joins: its length in front of the packet,
+ * the bytes sent so far, and the time.
+ *
+ * Optionally it marks CE, DCTCP style, on ECT packets that find more than
+ * ecn_threshold bytes queued.
+ */
+#include "include/ccload.h"
+#include "include/int.h"
+#include <bpf/bpf_endian.h>
+
+char _license[] SEC("license") = "GPL";
+
+#define TC_ACT_OK 0
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_TCP 6
+#define INET_ECN_MASK 3
+#define INET_ECN_CE 3
+
+/* Configuration, written by the loader (ccload int hop). */
+struct hop_config {
+	__u64 rate_bps;		/* the shaper's rate */
+	__u32 rate_code;	/* the rate's INT code (1..12) */
+	__u32 buffer_bytes;	/* the shaper's queue limit */
+	__u32 ecn_threshold;	/* mark CE above this many queued bytes; 0 = off */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hop_config);
+} hop_config SEC(".maps");
+
+/* The virtual queue, shared by every CPU that transmits on the port. */
+struct hop_queue {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 backlog;		/* bytes queued now */
+	__u64 enqueued;		/* bytes ever accepted */
+	__u64 last_ns;		/* when backlog was last drained */
+	__u64 drops;		/* packets the buffer could not take */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hop_queue);
+} hop_queue SEC(".maps");
+
+/* Counters, named in loader/hop.go; append only. */
+enum hop_stat {
+	HOP_STAT_PACKETS = 0,	/* packets seen */
+	HOP_STAT_RECORDS,	/* hop records written */
+	HOP_STAT_FULL,		/* forward options with no empty slot left */
+	HOP_STAT_MALFORMED,	/* forward options not written: bad length or slots */
+	HOP_STAT_CE_MARKED,	/* packets marked CE */
+	HOP_STAT_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HOP_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} hop_stats SEC(".maps");
+
+/* A record of the queue as one packet joins it. */
+struct hop_sample {
+	__u64 backlog;		/* bytes ahead of the packet */
+	__u64 sent;		/* bytes sent so far */
+	__u64 now;
+};
+
+/* Drains the virtual queue up to now and adds the packet, under the lock. */
+static __always_inline void queue_join(struct hop_queue *q, const struct hop_config *cfg,
+				       __u32 len, struct hop_sample *s)
+{
+	__u64 now = bpf_ktime_get_ns(), drained;
+
+	bpf_spin_lock(&q->lock);
+	if (q->last_ns && now > q->last_ns) {
+		/* bytes the link sent since the last packet: rate·dt/8 */
+		drained = (now - q->last_ns) * (cfg->rate_bps / 8) / 1000000000ULL;
+		q->backlog = q->backlog > drained ? q->backlog - drained : 0;
+	}
+	if (now > q->last_ns)
+		q->last_ns = now;
+	s->backlog = q->backlog;
+	s->sent = q->enqueued - q->backlog;
+	if (q->backlog + len > cfg->buffer_bytes) {
+		q->drops++;
+	} else {
+		q->backlog += len;
+		q->enqueued += len;
+	}
+	bpf_spin_unlock(&q->lock);
+	s->now = now;
+}
+
+/* Sets CE on an ECT packet, fixing the IPv4 header checksum. */
+static __always_inline bool mark_ce(struct __sk_buff *skb, __u32 l3, bool v6)
+{
+	__u8 b[2];
+
+	if (bpf_skb_load_bytes(skb, l3, b, 2))
+		return false;
+	if (v6) {
+		/* traffic class straddles bytes 0 and 1: ECN is bits 4-5 of byte 1 */
+		__u8 ecn = (b[1] >> 4) & INET_ECN_MASK;
+
+		if (ecn == 0 || ecn == INET_ECN_CE)
+			return false;
+		b[1] |= INET_ECN_CE << 4;
+		return bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0) == 0;
+	}
+	if ((b[1] & INET_ECN_MASK) == 0 || (b[1] & INET_ECN_MASK) == INET_ECN_CE)
+		return false;
+	{
+		__be16 old = *(__be16 *)b, new;
+
+		b[1] |= INET_ECN_CE;
+		new = *(__be16 *)b;
+		if (bpf_l3_csum_replace(skb, l3 + 10, old, new, 2))
+			return false;
+		return bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0) == 0;
+	}
+}
+
+/*
+ * Writes word into the first empty slot of the forward option at opt
+ * (offset of its kind byte); len is the option's length.
+ */
+static __always_inline void write_record(struct __sk_buff *skb, __u32 opt, __u32 len,
+					 __u32 csum_off, __u64 word)
+{
+	__u64 slot_be, new_be = bpf_cpu_to_be64(word);
+	__u32 i, n, off;
+	__s64 diff;
+
+	if (len < INT_OPT_LEN(1) || (len - INT_OPT_HDR) % INT_HOP_SIZE) {
+		stat_add(&hop_stats, HOP_STAT_MALFORMED, 1);
+		return;
+	}
+	n = (len - INT_OPT_HDR) / INT_HOP_SIZE;
+	for (i = 0; i < INT_MAX_HOPS; i++) {
+		if (i >= n)
+			break;
+		off = opt + INT_OPT_HDR + i * INT_HOP_SIZE;
+		if (bpf_skb_load_bytes(skb, off, &slot_be, sizeof(slot_be)))
+			return;
+		if (slot_be)
+			continue;
+		/* 16-bit checksum arithmetic needs an even offset. */
+		if (off & 1) {
+			stat_add(&hop_stats, HOP_STAT_MALFORMED, 1);
+			return;
+		}
+		diff = bpf_csum_diff((__be32 *)&slot_be, 8, (__be32 *)&new_be, 8, 0);
+		if (bpf_skb_store_bytes(skb, off, &new_be, 8, 0))
+			return;
+		bpf_l4_csum_replace(skb, csum_off, 0, diff, 0);
+		stat_add(&hop_stats, HOP_STAT_RECORDS, 1);
+		return;
+	}
+	stat_add(&hop_stats, HOP_STAT_FULL, 1);
+}
+
+/* Finds our forward option in the TCP header at l4; returns its offset. */
+static __always_inline int find_forward(struct __sk_buff *skb, __u32 l4, __u32 doff, __u32 *len)
+{
+	__u8 opts[40];
+	__u32 optlen = doff - 20, i = 0, k;
+
+	if (optlen == 0 || optlen > 40)
+		return -1;
+	if (bpf_skb_load_bytes(skb, l4 + 20, opts, optlen))
+		return -1;
+	for (k = 0; k < 40; k++) {
+		__u32 kind, l;
+
+		if (i >= optlen || i > 38)
+			return -1;
+		kind = opts[i];
+		if (kind == 0)
+			return -1;
+		if (kind == 1) {
+			i++;
+			continue;
+		}
+		l = opts[i + 1];
+		if (l < 2 || i + l > optlen)
+			return -1;
+		if (kind == INT_OPT_KIND && l >= INT_OPT_HDR && i < 37 &&
+		    opts[i + 2] == (INT_EXID_FORWARD >> 8) &&
+		    opts[i + 3] == (INT_EXID_FORWARD & 0xff)) {
+			*len = l;
+			return l4 + 20 + i;
+		}
+		i += l;
+	}
+	return -1;
+}
+
+SEC("tc")
+int int_hop(struct __sk_buff *skb)
+{
+	struct hop_config *cfg;
+	struct hop_queue *q;
+	struct hop_sample s;
+	__u32 zero = 0, l3 = ETH_HLEN, l4, doff, optlen = 0;
+	__u8 b[2];
+	bool v6;
+	int opt;
+
+	cfg = bpf_map_lookup_elem(&hop_config, &zero);
+	q = bpf_map_lookup_elem(&hop_queue, &zero);
+	if (!cfg || !q || !cfg->rate_bps)
+		return TC_ACT_OK;
+	stat_add(&hop_stats, HOP_STAT_PACKETS, 1);
+	queue_join(q, cfg, skb->len, &s);
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 vihl, proto;
+
+		v6 = false;
+		if (bpf_skb_load_bytes(skb, l3, &vihl, 1) || bpf_skb_load_bytes(skb, l3 + 9, &proto, 1))
+			return TC_ACT_OK;
+		if (proto != IPPROTO_TCP || (vihl >> 4) != 4)
+			return TC_ACT_OK;
+		/* Only the first fragment has the TCP header; skip fragments. */
+		if (bpf_skb_load_bytes(skb, l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
+			return TC_ACT_OK;
+		l4 = l3 + (vihl & 0xf) * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 next;
+
+		v6 = true;
+		if (bpf_skb_load_bytes(skb, l3 + 6, &next, 1) || next != IPPROTO_TCP)
+			return TC_ACT_OK;
+		l4 = l3 + 40;
+	} else {
+		return TC_ACT_OK;
+	}
+
+	if (cfg->ecn_threshold && s.backlog > cfg->ecn_threshold && mark_ce(skb, l3, v6))
+		stat_add(&hop_stats, HOP_STAT_CE_MARKED, 1);
+
+	if (bpf_skb_load_bytes(skb, l4 + 12, b, 1))
+		return TC_ACT_OK;
+	doff = (b[0] >> 4) * 4;
+	if (doff <= 20)
+		return TC_ACT_OK;
+	opt = find_forward(skb, l4, doff, &optlen);
+	if (opt < 0)
+		return TC_ACT_OK;
+	write_record(skb, opt, optlen, l4 + 16,
+		     int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog));
+	return TC_ACT_OK;
+}
