@@ -14,23 +14,36 @@ command -v "$CLANG" >/dev/null || { echo "gen-bpf: $CLANG not found; install it:
 check=false
 [ "${1:-}" = "--check" ] && check=true
 
+# Every package with a go:generate for bpf2go.
+pkgs=(loader qdisc)
+
 if $check; then
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
-	cp loader/*_bpfel.o loader/*_bpfel.go "$tmp"/
+	for pkg in "${pkgs[@]}"; do
+		mkdir -p "$tmp/$pkg"
+		cp "$pkg"/*_bpfel.o "$pkg"/*_bpfel.go "$tmp/$pkg"/
+	done
 fi
 
-(cd loader && go generate ./...)
+for pkg in "${pkgs[@]}"; do
+	(cd "$pkg" && go generate ./...)
+done
 
 if $check; then
 	status=0
-	for f in "$tmp"/*; do
-		name=$(basename "$f")
-		if ! cmp -s "$f" "loader/$name"; then
-			echo "gen-bpf: loader/$name is stale: regenerate it with scripts/gen-bpf.sh and commit the result" >&2
-			status=1
-		fi
+	for pkg in "${pkgs[@]}"; do
+		for f in "$tmp/$pkg"/*; do
+			name=$(basename "$f")
+			if ! cmp -s "$f" "$pkg/$name"; then
+				echo "gen-bpf: $pkg/$name is stale: regenerate it with scripts/gen-bpf.sh and commit the result" >&2
+				status=1
+			fi
+		done
+		for f in "$pkg"/*_bpfel.o; do
+			[ -e "$tmp/$pkg/$(basename "$f")" ] || { echo "gen-bpf: $f is not committed" >&2; status=1; }
+		done
 	done
 	exit $status
 fi
-echo "gen-bpf: regenerated $(ls loader/*_bpfel.o | wc -l) objects with $($CLANG --version | head -1)"
+echo "gen-bpf: regenerated $(ls loader/*_bpfel.o qdisc/*_bpfel.o | wc -l) objects with $($CLANG --version | head -1)"

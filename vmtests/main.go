@@ -41,6 +41,11 @@ func guestPackages() []testPackage {
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
 			"TestSelectCongControl", "TestParamLayoutMatchesBTF",
 		}, "|") + ")$"},
+		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
+			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
+			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
+			"TestEDTDelayConfig",
+		}, "|") + ")$"},
 	}
 }
 
