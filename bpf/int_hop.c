@@ -6,11 +6,13 @@
  * (docs/int-option.md), and keeps the TCP checksum valid.
  *
  * The queue length it reports comes from a model of the shaper it runs
- * beside: a virtual queue drained at the configured rate and bounded by the
- * configured buffer (packets that would overflow it count as drops, as the
- * real queue drops them). tc egress runs before the qdisc, so each record
- * describes the queue the packet joins: its length in front of the packet,
- * the bytes sent so far, and the time.
+ * beside, a token bucket like htb's and tbf's: tokens accrue at the rate up
+ * to a burst; a packet that finds no queue and enough tokens leaves at once,
+ * any other joins a virtual queue that drains at the rate, bounded by the
+ * buffer (packets that would overflow it count as drops, as the real queue
+ * drops them). tc egress runs before the qdisc, so each record describes
+ * the queue the packet joins: the bytes in front of it, the bytes sent so
+ * far, and the time.
  *
  * Optionally it marks CE, DCTCP style, on ECT packets that find more than
  * ecn_threshold bytes queued.
@@ -35,7 +37,7 @@ struct hop_config {
 	__u32 rate_code;	/* the rate's INT code (1..12) */
 	__u32 buffer_bytes;	/* the shaper's queue limit */
 	__u32 ecn_threshold;	/* mark CE above this many queued bytes; 0 = off */
-	__u32 pad;
+	__u32 burst_bytes;	/* the shaper's bucket size (htb/tbf burst) */
 };
 
 struct {
@@ -53,6 +55,7 @@ struct hop_queue {
 	__u64 enqueued;		/* bytes ever accepted */
 	__u64 last_ns;		/* when backlog was last drained */
 	__u64 drops;		/* packets the buffer could not take */
+	__u64 tokens;		/* bytes the shaper may send at once */
 };
 
 struct {
@@ -90,19 +93,28 @@ struct hop_sample {
 static __always_inline void queue_join(struct hop_queue *q, const struct hop_config *cfg,
 				       __u32 len, struct hop_sample *s)
 {
-	__u64 now = bpf_ktime_get_ns(), drained;
+	__u64 now = bpf_ktime_get_ns(), credit = 0, d;
 
 	bpf_spin_lock(&q->lock);
-	if (q->last_ns && now > q->last_ns) {
-		/* bytes the link sent since the last packet: rate·dt/8 */
-		drained = (now - q->last_ns) * (cfg->rate_bps / 8) / 1000000000ULL;
-		q->backlog = q->backlog > drained ? q->backlog - drained : 0;
-	}
+	if (q->last_ns && now > q->last_ns)
+		/* bytes the link could send since the last packet: rate·dt/8 */
+		credit = (now - q->last_ns) * (cfg->rate_bps / 8) / 1000000000ULL;
 	if (now > q->last_ns)
 		q->last_ns = now;
+	/* The queue drains first; what is left fills the bucket. */
+	d = credit < q->backlog ? credit : q->backlog;
+	q->backlog -= d;
+	credit -= d;
+	q->tokens += credit;
+	if (q->tokens > cfg->burst_bytes)
+		q->tokens = cfg->burst_bytes;
+
 	s->backlog = q->backlog;
 	s->sent = q->enqueued - q->backlog;
-	if (q->backlog + len > cfg->buffer_bytes) {
+	if (q->backlog == 0 && q->tokens >= len) {
+		q->tokens -= len;	/* leaves at once, within the burst */
+		q->enqueued += len;
+	} else if (q->backlog + len > cfg->buffer_bytes) {
 		q->drops++;
 	} else {
 		q->backlog += len;

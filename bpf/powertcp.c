@@ -16,6 +16,10 @@
  *     cwnd = γ·(cwnd_old/Γ + β) + (1 - γ)·cwnd,  rate = cwnd/τ,
  * and cwnd_old is remembered once per RTT.
  *
+ * τ is base_rtt or, with INT, the smallest RTT sample less the queueing
+ * delay its echo reports (Σ qlen_i/b_i), no less than one GSO burst at
+ * host_bw.
+ *
  * An ACK without INT (no hop on the path, or the peer does not echo) is
  * handled as θ-PowerTCP handles it, from the RTT; the no_int_acks counter
  * says how often that happens, so a path without telemetry is visible.
@@ -140,19 +144,31 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 		return;
 	}
 
-	/* τ still comes from the RTT: it sizes each hop's BDP. */
-	if (rs->rtt_us > 0)
-		power_track_base_rtt(ca, tp);
+	/*
+	 * τ sizes each hop's BDP and β. With INT it is the RTT less the
+	 * queueing the echo reports, so a flow that joins a congested path
+	 * does not take the congested RTT for its base RTT.
+	 */
+	int_track_base_rtt(&ca->min_rtt_us, rs->rtt_us, st);
 	if (st->echo_seq != ca->prev_echo_seq) {
 		stat_add(&stats, STAT_INT_SAMPLES, 1);
 		int_power(ca, p, st, power_tau(p, ca, power_burst_us(sk, p)), sk->sk_gso_max_size);
 	}
 
-	/* UPDATEWINDOW on every ACK; UPDATEOLD once per RTT. */
+	/*
+	 * UPDATEWINDOW on every ACK; UPDATEOLD once per RTT: when the ACK
+	 * covers what was sent since the last remember, or, while loss
+	 * recovery holds snd_una back, when an srtt has passed. Without the
+	 * second rule a flow in recovery would keep dividing a stale, large
+	 * cwnd_old, and hold its share of a queue it should drain.
+	 */
 	power_update_window(sk, ca, p);
-	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
+	TRACE_ACK(sk, ca->cwnd, ca->power, int_max_qlen(st), rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_INT);
+	if (!seq_before(tp->snd_una, ca->last_update_seq) ||
+	    (__u32)tp->tcp_mstamp - ca->old_stamp_us > (tp->srtt_us >> 3)) {
 		ca->cwnd_old = ca->cwnd;
 		ca->last_update_seq = tp->snd_nxt;
+		ca->old_stamp_us = (__u32)tp->tcp_mstamp;
 	}
 }
 

@@ -12,3 +12,4 @@ package loader
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem int_sockops intSockops ../bpf/int_sockops.c
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem powertcp powertcp ../bpf/powertcp.c
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem int_hop intHop ../bpf/int_hop.c
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -no-global-types -target bpfel -output-stem hpcc hpcc ../bpf/hpcc.c

@@ -20,6 +20,9 @@ type HopConfig struct {
 	// BufferBytes is the shaper's queue limit; packets beyond it count as
 	// drops in the hop's queue model.
 	BufferBytes uint32
+	// BurstBytes is the shaper's bucket (htb's burst, tbf's burst): what
+	// it sends at once after an idle spell. 0 means one 1514-byte frame.
+	BurstBytes uint32
 	// ECNThreshold marks CE on ECT packets that find more bytes than this
 	// queued; 0 turns marking off.
 	ECNThreshold uint32
@@ -68,6 +71,11 @@ func NewHop(cfg HopConfig) (_ *Hop, err error) {
 	binary.NativeEndian.PutUint32(conf[8:], uint32(code))
 	binary.NativeEndian.PutUint32(conf[12:], cfg.BufferBytes)
 	binary.NativeEndian.PutUint32(conf[16:], cfg.ECNThreshold)
+	burst := cfg.BurstBytes
+	if burst == 0 {
+		burst = 1514
+	}
+	binary.NativeEndian.PutUint32(conf[20:], burst)
 	spec.Maps["hop_config"].Contents = []ebpf.MapKV{{Key: uint32(0), Value: conf}}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {

@@ -49,7 +49,7 @@ func hopForTest(t testing.TB, d *testbed.Dumbbell, ecn uint32) *Hop {
 	var hop *Hop
 	err := d.Router.Do(func() (err error) {
 		hop, err = NewHop(HopConfig{Iface: d.BottleneckIface, RateBps: d.Config.BottleneckRate,
-			BufferBytes: d.Config.BufferBytes, ECNThreshold: ecn})
+			BufferBytes: d.Config.BufferBytes, BurstBytes: d.BurstBytes(), ECNThreshold: ecn})
 		return err
 	})
 	if err != nil {

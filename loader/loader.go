@@ -277,8 +277,15 @@ func (l *Loader) register(cc *CC, f *Features, reg Registration, vals map[string
 	if err := os.MkdirAll(stage, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", stage, err)
 	}
-	for _, name := range []string{pinParams, pinStats} {
-		if err := coll.Maps[name].Pin(filepath.Join(stage, name)); err != nil {
+	// Every map but the struct_ops one, the shared INT store and the
+	// compiler's data sections (.rodata: constants; bpffs refuses dots):
+	// params, stats, and the trace ring buffer and switch where the CC has
+	// them.
+	for name, m := range coll.Maps {
+		if name == cc.Name || name == intStoreMap || strings.HasPrefix(name, ".") {
+			continue
+		}
+		if err := m.Pin(filepath.Join(stage, name)); err != nil {
 			return fmt.Errorf("pin %s %s: %w", cc.Name, name, err)
 		}
 	}

@@ -16,10 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	powertcpMapEvents                     = "events"
 	powertcpMapIntStore                   = "int_store"
 	powertcpMapParams                     = "params"
 	powertcpMapPowertcp                   = "powertcp"
 	powertcpMapStats                      = "stats"
+	powertcpMapTraceOn                    = "trace_on"
 	powertcpProgPowertcpCongControl       = "powertcp_cong_control"
 	powertcpProgPowertcpCongControlLegacy = "powertcp_cong_control_legacy"
 	powertcpProgPowertcpInit              = "powertcp_init"
@@ -84,10 +86,12 @@ type powertcpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type powertcpMapSpecs struct {
+	Events   *ebpf.MapSpec `ebpf:"events"`
 	IntStore *ebpf.MapSpec `ebpf:"int_store"`
 	Params   *ebpf.MapSpec `ebpf:"params"`
 	Powertcp *ebpf.MapSpec `ebpf:"powertcp"`
 	Stats    *ebpf.MapSpec `ebpf:"stats"`
+	TraceOn  *ebpf.MapSpec `ebpf:"trace_on"`
 }
 
 // powertcpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -116,18 +120,22 @@ func (o *powertcpObjects) Close() error {
 //
 // It can be passed to loadPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type powertcpMaps struct {
+	Events   *ebpf.Map `ebpf:"events"`
 	IntStore *ebpf.Map `ebpf:"int_store"`
 	Params   *ebpf.Map `ebpf:"params"`
 	Powertcp *ebpf.Map `ebpf:"powertcp"`
 	Stats    *ebpf.Map `ebpf:"stats"`
+	TraceOn  *ebpf.Map `ebpf:"trace_on"`
 }
 
 func (m *powertcpMaps) Close() error {
 	return _PowertcpClose(
+		m.Events,
 		m.IntStore,
 		m.Params,
 		m.Powertcp,
 		m.Stats,
+		m.TraceOn,
 	)
 }
 

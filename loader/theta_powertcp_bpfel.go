@@ -16,9 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	thetaPowertcpMapEvents                          = "events"
 	thetaPowertcpMapParams                          = "params"
 	thetaPowertcpMapStats                           = "stats"
 	thetaPowertcpMapThetaPowertcp                   = "theta_powertcp"
+	thetaPowertcpMapTraceOn                         = "trace_on"
 	thetaPowertcpProgThetaPowertcpCongControl       = "theta_powertcp_cong_control"
 	thetaPowertcpProgThetaPowertcpCongControlLegacy = "theta_powertcp_cong_control_legacy"
 	thetaPowertcpProgThetaPowertcpInit              = "theta_powertcp_init"
@@ -83,9 +85,11 @@ type thetaPowertcpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type thetaPowertcpMapSpecs struct {
+	Events        *ebpf.MapSpec `ebpf:"events"`
 	Params        *ebpf.MapSpec `ebpf:"params"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	ThetaPowertcp *ebpf.MapSpec `ebpf:"theta_powertcp"`
+	TraceOn       *ebpf.MapSpec `ebpf:"trace_on"`
 }
 
 // thetaPowertcpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,16 +118,20 @@ func (o *thetaPowertcpObjects) Close() error {
 //
 // It can be passed to loadThetaPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type thetaPowertcpMaps struct {
+	Events        *ebpf.Map `ebpf:"events"`
 	Params        *ebpf.Map `ebpf:"params"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	ThetaPowertcp *ebpf.Map `ebpf:"theta_powertcp"`
+	TraceOn       *ebpf.Map `ebpf:"trace_on"`
 }
 
 func (m *thetaPowertcpMaps) Close() error {
 	return _ThetaPowertcpClose(
+		m.Events,
 		m.Params,
 		m.Stats,
 		m.ThetaPowertcp,
+		m.TraceOn,
 	)
 }
 

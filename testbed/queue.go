@@ -25,6 +25,9 @@ type QueueSample struct {
 	// Drops is the qdisc's cumulative drop counter, in packets; a dropped
 	// GSO packet counts once although TCP sees all its segments lost.
 	Drops uint32
+	// SentBytes is the qdisc's cumulative count of bytes sent, for the
+	// link's utilisation between two samples.
+	SentBytes uint64
 }
 
 // maxPreallocSamples caps the up-front allocation of the sample slice.
@@ -98,6 +101,7 @@ func (r *qdiscReader) sample(ctx context.Context, interval time.Duration, max in
 			BacklogBytes: q.Backlog,
 			BacklogPkts:  q.Qlen,
 			Drops:        q.Drops,
+			SentBytes:    q.Bytes,
 		})
 		if len(samples) == max {
 			break

@@ -87,6 +87,72 @@ enum ccload_stat {
 		__type(value, __u64);                                        \
 	} stats SEC(".maps")
 
+/*
+ * Per-ACK trace records for `ccload trace`, written only while trace_on[0]
+ * is non-zero (ccload trace sets it while it reads). The layout is the
+ * ABI with loader/trace.go: append fields only.
+ */
+struct cc_trace_event {
+	__u64 ts_ns;		/* bpf_ktime_get_ns() */
+	__u32 saddr;		/* IPv4 source address, or 0 (network order) */
+	__u32 daddr;		/* IPv4 destination address, or 0 (network order) */
+	__u16 sport;		/* local port, host order */
+	__u16 dport;		/* remote port, host order */
+	__u32 snd_cwnd;		/* packets */
+	__u64 cwnd_bytes;	/* the CC's window */
+	__s64 signal;		/* normalised power Γ or HPCC's U, FP_ONE scale */
+	__u32 qlen_bytes;	/* largest hop queue in the INT echo; 0 without INT */
+	__u32 rtt_us;		/* the ACK's RTT sample; 0 if none */
+	__u32 pacing_mbps;	/* sk_pacing_rate in Mbit/s */
+	__u32 mode;		/* TRACE_MODE_* */
+};
+
+#define TRACE_MODE_RTT 1	/* RTT-based (θ-PowerTCP, or PowerTCP without INT) */
+#define TRACE_MODE_INT 2	/* INT-based */
+
+#define CCLOAD_TRACE_MAPS                                                    \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);                          \
+		__uint(max_entries, 1 << 20);                                \
+	} events SEC(".maps");                                               \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                            \
+		__uint(max_entries, 1);                                      \
+		__type(key, __u32);                                          \
+		__type(value, __u32);                                        \
+	} trace_on SEC(".maps")
+
+/* Emits a trace record if tracing is on. Needs CCLOAD_TRACE_MAPS. */
+#define TRACE_ACK(sk, cwnd, sig, qlen, rtt, md)                              \
+	do {                                                                 \
+		__u32 __z = 0, *__on = bpf_map_lookup_elem(&trace_on, &__z); \
+		struct cc_trace_event *__e;                                     \
+		if (!__on || !*__on)                                         \
+			break;                                               \
+		__e = bpf_ringbuf_reserve(&events, sizeof(*__e), 0);         \
+		if (!__e)                                                    \
+			break;                                               \
+		trace_fill(__e, sk, cwnd, sig, qlen, rtt, md);               \
+		bpf_ringbuf_submit(__e, 0);                                  \
+	} while (0)
+
+static __always_inline void trace_fill(struct cc_trace_event *e, struct sock *sk, __u64 cwnd,
+				       __s64 sig, __u32 qlen, __u32 rtt, __u32 mode)
+{
+	e->ts_ns = bpf_ktime_get_ns();
+	e->saddr = sk->__sk_common.skc_rcv_saddr;
+	e->daddr = sk->__sk_common.skc_daddr;
+	e->sport = sk->__sk_common.skc_num;
+	e->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	e->snd_cwnd = ((struct tcp_sock *)sk)->snd_cwnd;
+	e->cwnd_bytes = cwnd;
+	e->signal = sig;
+	e->qlen_bytes = qlen;
+	e->rtt_us = rtt;
+	e->pacing_mbps = sk->sk_pacing_rate / 125000;
+	e->mode = mode;
+}
+
 static __always_inline void stat_add(void *map, __u32 key, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(map, &key);
@@ -124,6 +190,25 @@ static __always_inline __u64 min_u64(__u64 a, __u64 b)
 static __always_inline __u64 max_u64(__u64 a, __u64 b)
 {
 	return a > b ? a : b;
+}
+
+static __always_inline __s64 sdiv64(__s64 a, __u64 b)
+{
+	/* BPF before cpu v4 (kernel 6.6) has no signed division. */
+	if (a < 0)
+		return -(__s64)((__u64)(-a) / b);
+	return (__s64)((__u64)a / b);
+}
+
+static __always_inline __s64 clamp_s64(__s64 v, __s64 lo, __s64 hi)
+{
+	return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* Bandwidth-delay product in bytes for bw bits/s and rtt microseconds. */
+static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
+{
+	return (bw_bps >> 3) * rtt_us / USEC_PER_SEC;
 }
 
 #endif /* CCLOAD_H */

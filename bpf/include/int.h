@@ -88,6 +88,56 @@ struct int_sk {
 #define INT_SK_SCOPED 0x1	/* the peer is in the configured prefixes */
 
 /*
+ * The queueing delay the echo reports along the path, in µs: Σ qlen_i/b_i.
+ * Subtracted from an RTT sample it leaves the base RTT, even for a flow
+ * that starts while the path is congested and never sees it empty.
+ */
+static __always_inline __u64 int_queue_delay_us(const struct int_sk *st)
+{
+	__u64 us = 0, mbps;
+	__u32 i;
+
+	for (i = 0; i < INT_MAX_HOPS; i++) {
+		if (i >= st->echo_hops)
+			break;
+		mbps = int_rate_mbps(int_hop_rate_code(st->echo[i]));
+		if (mbps) /* bytes·8 / (Mbit/s) = µs */
+			us += (__u64)int_hop_qlen(st->echo[i]) * INT_QLEN_UNIT * 8 / mbps;
+	}
+	return us;
+}
+
+/*
+ * Folds an RTT sample, less the queueing delay the echo reports, into a
+ * minimum: the base RTT as INT sees it.
+ */
+static __always_inline void int_track_base_rtt(__u32 *min_rtt_us, long rtt_us,
+					       const struct int_sk *st)
+{
+	__u64 q = int_queue_delay_us(st), base;
+
+	if (rtt_us <= 0 || (__u64)rtt_us <= q)
+		return;
+	base = rtt_us - q;
+	if (!*min_rtt_us || base < *min_rtt_us)
+		*min_rtt_us = base;
+}
+
+/* The largest hop queue of an echo, in bytes (for traces). */
+static __always_inline __u32 int_max_qlen(const struct int_sk *st)
+{
+	__u32 q = 0, i;
+
+	for (i = 0; i < INT_MAX_HOPS; i++) {
+		if (i >= st->echo_hops)
+			break;
+		if (int_hop_qlen(st->echo[i]) * INT_QLEN_UNIT > q)
+			q = int_hop_qlen(st->echo[i]) * INT_QLEN_UNIT;
+	}
+	return q;
+}
+
+/*
  * The map that carries struct int_sk. The sockops object and every CC that
  * reads INT declare it; the loader makes them share one map (pinned as
  * /sys/fs/bpf/ccload/int/store).

@@ -30,6 +30,7 @@ struct {
 } params SEC(".maps");
 
 CCLOAD_STATS_MAP;
+CCLOAD_TRACE_MAPS;
 
 /* Used until a flow has an RTT sample and no base_rtt is configured. */
 #define POWER_FALLBACK_RTT_US 100
@@ -63,20 +64,8 @@ struct power_ca {
 	__u64 prev_echo_ns;	/* when the previous echo was parsed */
 	__u32 prev_echo_seq;
 	__u32 prev_hops;
+	__u32 old_stamp_us;	/* INT: when cwnd_old was remembered (tcp_mstamp, low bits) */
 };
-
-static __always_inline __s64 sdiv64(__s64 a, __u64 b)
-{
-	/* BPF before cpu v4 (kernel 6.6) has no signed division. */
-	if (a < 0)
-		return -(__s64)((__u64)(-a) / b);
-	return (__s64)((__u64)a / b);
-}
-
-static __always_inline __s64 clamp_s64(__s64 v, __s64 lo, __s64 hi)
-{
-	return v < lo ? lo : (v > hi ? hi : v);
-}
 
 static __always_inline struct power_params *power_params(void)
 {
@@ -85,11 +74,6 @@ static __always_inline struct power_params *power_params(void)
 	return bpf_map_lookup_elem(&params, &zero);
 }
 
-/* Bandwidth-delay product in bytes for bw bits/s and rtt microseconds. */
-static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
-{
-	return (bw_bps >> 3) * rtt_us / USEC_PER_SEC;
-}
 
 /*
  * The time the host needs to send one full GSO burst at host_bw: the
@@ -294,11 +278,12 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 	if (!p)
 		return;
 	theta_ack_power(sk, ca, p, rs);
-	if (seq_before(tp->snd_una, ca->last_update_seq))
-		return;
-	power_update_window(sk, ca, p);
-	ca->cwnd_old = ca->cwnd;
-	ca->last_update_seq = tp->snd_nxt;
+	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
+		power_update_window(sk, ca, p);
+		ca->cwnd_old = ca->cwnd;
+		ca->last_update_seq = tp->snd_nxt;
+	}
+	TRACE_ACK(sk, ca->cwnd, ca->power, 0, rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_RTT);
 }
 
 static __always_inline void power_set_state(struct sock *sk, __u8 new_state)
