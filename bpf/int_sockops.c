@@ -197,22 +197,26 @@ static __always_inline void on_hdr_write(struct bpf_sock_ops *skops)
 {
 	struct int_sk *st = int_sk_get(skops, false);
 	struct int_opt opt = {};
-	__u32 n, what, i;
+	__u32 n, what, i, len;
 
 	if (!st || !st->planned_exid)
 		return;
 	what = st->planned_exid;
 	n = clamp_slots(st->planned_slots);
 	st->planned_exid = 0;
+	/* Computed, bounded length: older verifiers lose track of opt.len. */
+	len = INT_OPT_LEN(n);
+	if (len > sizeof(opt))
+		return;
 	opt.kind = INT_OPT_KIND;
-	opt.len = INT_OPT_LEN(n);
+	opt.len = len;
 	opt.exid = bpf_htons(what);
 	if (what == INT_EXID_ECHO) {
 		for (i = 0; i < INT_MAX_HOPS; i++)
 			if (i < n)
 				opt.hop[i] = bpf_cpu_to_be64(st->fwd[i]);
 	}
-	if (bpf_store_hdr_opt(skops, &opt, opt.len, 0) == 0)
+	if (bpf_store_hdr_opt(skops, &opt, len, 0) == 0)
 		stat_add(&int_stats, what == INT_EXID_FORWARD ? INT_STAT_TAGGED : INT_STAT_ECHOED, 1);
 }
 

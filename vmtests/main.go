@@ -40,6 +40,7 @@ func guestPackages() []testPackage {
 			"TestSelectAndTransfer", "TestDCTCPFallsBackWithoutECN", "TestSysctlInitNetns",
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
 			"TestSelectCongControl", "TestParamLayoutMatchesBTF",
+			"TestINTEndToEnd", "TestINTScope", "TestDCTCPMatchesKernel",
 		}, "|") + ")$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
 			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
