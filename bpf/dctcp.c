@@ -133,8 +133,11 @@ static __always_inline void dctcp_update_alpha(struct sock *sk)
 	delivered_ce = tp->delivered_ce - ca->old_delivered_ce;
 	alpha = ca->alpha;
 
-	/* α ← α·(1 - g) + g·F, rounding as the kernel does. */
-	alpha -= alpha >> g;
+	/*
+	 * α ← α·(1 - g) + g·F, rounding as the kernel does: the decay step is
+	 * never 0 while α is not, so α reaches 0 once marks stop.
+	 */
+	alpha -= (alpha >> g) ? (alpha >> g) : alpha;
 	if (delivered_ce) {
 		stat_add(&stats, STAT_ECN_CE_ACKS, 1);
 		delivered_ce <<= DCTCP_ALPHA_SHIFT - g;

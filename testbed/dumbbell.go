@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // DefaultBufferBytes is the bottleneck queue limit used when
@@ -30,8 +31,31 @@ type DumbbellConfig struct {
 	//
 	// The limit is checked against whole GSO packets, which can be up to
 	// 64 KiB with default offloads; buffers near or below that size drop
-	// most large packets.
+	// most large packets. With ECNThreshold the limit counts packet memory
+	// (fq_codel's memory_limit, the skb truesize: a little more than the
+	// packet's length), and at most 10240 packets.
 	BufferBytes uint32
+	// ECNThreshold, when positive, makes the bottleneck queue a DCTCP-style
+	// step marker instead of a bfifo: every ECN-capable (ECT) packet that
+	// has waited in the queue longer than ECNThreshold is marked CE as it
+	// leaves; packets that are not ECN-capable are never marked and are
+	// dropped only when the queue is full. The waiting time includes the
+	// time spent behind the htb shaper, so at a busy bottleneck the
+	// threshold corresponds to a queue of K = ECNThreshold·BottleneckRate/8
+	// bytes ahead of the packet (ECNThresholdBytes), DCTCP's marking
+	// threshold K.
+	//
+	// The leaf is an fq_codel qdisc (CONFIG_NET_SCH_FQ_CODEL) with a single
+	// flow queue, so all flows share one FIFO; its ce_threshold is
+	// ECNThreshold rounded to microseconds, and CoDel's own control law is
+	// kept out of the way by a 1000 s target. When the queue overflows,
+	// fq_codel drops from its head where bfifo drops the arriving packet.
+	// When the kernel has no fq_codel, NewDumbbell fails with an error that
+	// wraps ErrQdiscNotSupported.
+	//
+	// ECNThreshold needs a non-zero BottleneckRate and must be between 1µs
+	// and 1s. 0, the default, keeps the bfifo leaf, which never marks.
+	ECNThreshold time.Duration
 	// Prefix is prepended to the netns names; "" means DefaultPrefix.
 	Prefix string
 }
@@ -56,7 +80,25 @@ func (c DumbbellConfig) validate() error {
 	if c.BufferBytes < minBufferBytes {
 		return fmt.Errorf("buffer must be at least %d bytes, got %d", minBufferBytes, c.BufferBytes)
 	}
+	if c.ECNThreshold != 0 {
+		if c.BottleneckRate == 0 {
+			return fmt.Errorf("ecn threshold %v needs a bottleneck rate", c.ECNThreshold)
+		}
+		if c.ECNThreshold < minECNThreshold || c.ECNThreshold > maxECNThreshold {
+			return fmt.Errorf("ecn threshold must be 0 or between %v and %v, got %v", minECNThreshold, maxECNThreshold, c.ECNThreshold)
+		}
+	}
 	return nil
+}
+
+// ECNThresholdBytes is the marking threshold K in bytes that ECNThreshold
+// amounts to at BottleneckRate: ECNThreshold·BottleneckRate/8. It is 0
+// when either is 0.
+func (c DumbbellConfig) ECNThresholdBytes() uint64 {
+	if c.ECNThreshold <= 0 || c.BottleneckRate == 0 {
+		return 0
+	}
+	return uint64(c.ECNThreshold.Seconds() * float64(c.BottleneckRate) / 8)
 }
 
 // Dumbbell is senders[i] --veth-- router --veth-- receiver.
@@ -68,8 +110,12 @@ func (c DumbbellConfig) validate() error {
 //
 // The bottleneck is the router's interface toward the receiver: an htb root
 // qdisc (handle 1:) whose default class 1:10 runs at BottleneckRate
-// (rate = ceil), with a bfifo leaf (handle 10:) limited to BufferBytes.
-// Offloads stay at their defaults, so the queue holds GSO packets.
+// (rate = ceil), with a bfifo leaf (handle 10:) limited to BufferBytes, or,
+// with ECNThreshold, an fq_codel leaf (handle 10:) that CE-marks at that
+// threshold. Either way the root's backlog and drops include the leaf's, so
+// SampleQueue on BottleneckIface reads the bottleneck queue. Offloads stay
+// at their defaults, so the queue holds GSO packets, and a marked GSO
+// packet arrives with all its segments marked.
 type Dumbbell struct {
 	// Senders are the hosts on the left of the bottleneck.
 	Senders []*Host
@@ -119,7 +165,8 @@ func NewDumbbell(ctx context.Context, cfg DumbbellConfig) (_ *Dumbbell, err erro
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("install bottleneck qdisc: %w", err)
 	}
-	if err := installBottleneck(d.Router, d.BottleneckIface, cfg.BottleneckRate, cfg.BufferBytes); err != nil {
+	spec := bottleneckSpec{rateBits: cfg.BottleneckRate, limit: cfg.BufferBytes, ecnThreshold: cfg.ECNThreshold}
+	if err := installBottleneck(d.Router, d.BottleneckIface, spec); err != nil {
 		return nil, err
 	}
 	return d, nil

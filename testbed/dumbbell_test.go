@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ccload/ccload/internal/testutil"
 )
 
 func TestDumbbellCubic(t *testing.T) {
@@ -119,6 +123,10 @@ func TestDumbbellInvalidConfig(t *testing.T) {
 		{"tiny rate", DumbbellConfig{Senders: 1, BottleneckRate: 10}, "rate"},
 		{"tiny buffer", DumbbellConfig{Senders: 1, BufferBytes: 100}, "buffer"},
 		{"bad prefix", DumbbellConfig{Senders: 1, Prefix: "ccl/x-"}, "prefix"},
+		{"ecn without rate", DumbbellConfig{Senders: 1, ECNThreshold: time.Millisecond}, "ecn"},
+		{"negative ecn threshold", DumbbellConfig{Senders: 1, BottleneckRate: 1e8, ECNThreshold: -time.Millisecond}, "ecn"},
+		{"tiny ecn threshold", DumbbellConfig{Senders: 1, BottleneckRate: 1e8, ECNThreshold: time.Nanosecond}, "ecn"},
+		{"huge ecn threshold", DumbbellConfig{Senders: 1, BottleneckRate: 1e8, ECNThreshold: 2 * time.Second}, "ecn"},
 	}
 	baseline := initVeths(t)
 	for _, tt := range tests {
@@ -198,3 +206,209 @@ func TestPartialConstructionCleanup(t *testing.T) {
 		})
 	}
 }
+
+func TestECNThresholdBytes(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  DumbbellConfig
+		want uint64
+	}{
+		{"off", DumbbellConfig{BottleneckRate: 1e8}, 0},
+		{"no rate", DumbbellConfig{ECNThreshold: time.Millisecond}, 0},
+		{"1ms at 100Mbit", DumbbellConfig{BottleneckRate: 1e8, ECNThreshold: time.Millisecond}, 12_500},
+		{"30us at 10Gbit", DumbbellConfig{BottleneckRate: 1e10, ECNThreshold: 30 * time.Microsecond}, 37_500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.ECNThresholdBytes(); got != tt.want {
+				t.Errorf("ECNThresholdBytes() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStepMarkerOptions(t *testing.T) {
+	tests := []struct {
+		threshold time.Duration
+		wantCE    uint32 // µs
+	}{
+		{time.Microsecond, 1},
+		{1500 * time.Nanosecond, 2},
+		{2 * time.Millisecond, 2000},
+		{time.Second, 1_000_000},
+	}
+	for _, tt := range tests {
+		o := stepMarker(tt.threshold, 1<<20)
+		if *o.CEThreshold != tt.wantCE {
+			t.Errorf("stepMarker(%v): ce_threshold %dus, want %dus", tt.threshold, *o.CEThreshold, tt.wantCE)
+		}
+		if *o.Flows != 1 || *o.ECN != 1 || *o.MemoryLimit != 1<<20 {
+			t.Errorf("stepMarker(%v): flows %d, ecn %d, memory_limit %d; want 1, 1, %d",
+				tt.threshold, *o.Flows, *o.ECN, *o.MemoryLimit, 1<<20)
+		}
+		if time.Duration(*o.Target)*time.Microsecond <= maxECNThreshold {
+			t.Errorf("stepMarker(%v): CoDel target %dus is not above the largest threshold", tt.threshold, *o.Target)
+		}
+	}
+}
+
+// TestDumbbellECNMarking builds a bottleneck with ECNThreshold and checks
+// that the leaf is the fq_codel step marker asked for, that an ECN-capable
+// flow through it gets CE marks, and that the htb root's backlog still
+// aggregates the leaf's, so that SampleQueue reads the marking queue.
+//
+// The host's kernel may lack fq_codel; the test then checks that the error
+// is detectable and that nothing was left behind, and skips.
+func TestDumbbellECNMarking(t *testing.T) {
+	requireRoot(t)
+	baseline := initVeths(t)
+	const threshold = time.Millisecond
+	cfg := DumbbellConfig{
+		Senders:        1,
+		BottleneckRate: 100e6,
+		BufferBytes:    1 << 20,
+		ECNThreshold:   threshold,
+		Prefix:         testPrefix("ecn"),
+	}
+	d, err := NewDumbbell(testContext(t), cfg)
+	if errors.Is(err, ErrQdiscNotSupported) {
+		if left := netnsWithPrefix(t, cfg.Prefix); len(left) > 0 {
+			t.Errorf("failed construction left netns %v", left)
+		}
+		assertNoLinksInInitNetns(t, baseline)
+		t.Logf("NewDumbbell: %v", err)
+		testutil.SkipKernelLacks(t, "fq_codel (CONFIG_NET_SCH_FQ_CODEL)")
+	}
+	if err != nil {
+		t.Fatalf("NewDumbbell(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("close dumbbell: %v", err)
+		}
+	})
+
+	// The leaf is the fq_codel asked for.
+	nl, err := d.Router.handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := nl.LinkByName(d.BottleneckIface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qdiscs, err := nl.QdiscList(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaf *netlink.FqCodel
+	for _, q := range qdiscs {
+		if q.Attrs().Handle == leafHandle {
+			leaf, _ = q.(*netlink.FqCodel)
+			if leaf == nil {
+				t.Fatalf("leaf qdisc is %s, want fq_codel", q.Type())
+			}
+		}
+	}
+	if leaf == nil {
+		t.Fatalf("no leaf qdisc %#x among %v", leafHandle, qdiscs)
+	}
+	t.Logf("leaf: target %dus, interval %dus, limit %d p, memory_limit %d B, ecn %d, flows %d, ce_threshold %dus",
+		leaf.Target, leaf.Interval, leaf.Limit, leaf.MemoryLimit, leaf.ECN, leaf.Flows, leaf.CEThreshold)
+	// CoDel keeps times in units of 1024 ns and reports them rounded down
+	// to microseconds, so 1000us reads back as 999us.
+	ceErr := int64(leaf.CEThreshold) - int64(threshold/time.Microsecond)
+	if ceErr < -1 || ceErr > 1 || leaf.Flows != 1 || leaf.ECN != 1 || leaf.MemoryLimit != cfg.BufferBytes {
+		t.Errorf("leaf %+v, ce_threshold %dus, memory_limit %d B: want ce_threshold %dus (±1), one flow queue, ecn, memory_limit %d B",
+			leaf, leaf.CEThreshold, leaf.MemoryLimit, threshold/time.Microsecond, cfg.BufferBytes)
+	}
+
+	// An ECN-capable reno flow: the sender asks for ECN, the receiver's
+	// default (tcp_ecn=2) grants it.
+	if err := d.Senders[0].setSysctls(sysctl{"net/ipv4/tcp_ecn", "1"}); err != nil {
+		t.Fatal(err)
+	}
+	sink := startTestSink(t, d.Receiver, netip.AddrPortFrom(d.Receiver.Addr, 0))
+	r, err := newQdiscReader(d.Router, d.BottleneckIface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+
+	ctx := testContext(t)
+	type flowDone struct {
+		res FlowResult
+		err error
+	}
+	done := make(chan flowDone, 1)
+	go func() {
+		res, err := SendFlow(ctx, d.Senders[0], sink.Addr, FlowConfig{CC: "reno", Bytes: 16 << 20, Seed: 3, Timeout: 25 * time.Second})
+		done <- flowDone{res, err}
+	}()
+
+	// Read root and leaf from one dump each millisecond while the flow
+	// runs (bounded by the flow's timeout).
+	var (
+		flow               flowDone
+		reads, busy, worst int
+	)
+	for running := true; running; {
+		select {
+		case flow = <-done:
+			running = false
+		case <-time.After(time.Millisecond):
+		}
+		stats, err := r.list()
+		if err != nil {
+			t.Fatal(err)
+		}
+		root, l, err := rootAndLeaf(stats, leafHandle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads++
+		if l.Backlog > 0 {
+			busy++
+		}
+		// Root and leaf come from one dump but are not read atomically; a
+		// packet may move in between.
+		diff := int(root.Backlog) - int(l.Backlog)
+		worst = max(worst, diff, -diff)
+		if diff < -maxGSOPacket || diff > maxGSOPacket {
+			t.Errorf("root backlog %d B differs from the fq_codel leaf's %d B by more than a GSO packet", root.Backlog, l.Backlog)
+		}
+	}
+	if flow.err != nil {
+		t.Fatalf("SendFlow: %v", flow.err)
+	}
+	res := flow.res
+	t.Logf("reno with ECN, 16 MiB through %d Mbit/s, marking at %v (%d B): %.1f Mbit/s, rtt %dus, cwnd %d, delivered %d, delivered_ce %d, retrans %d",
+		cfg.BottleneckRate/1e6, threshold, cfg.ECNThresholdBytes(), res.Throughput/1e6, res.Info.Rtt, res.Info.Snd_cwnd,
+		res.Info.Delivered, res.Info.Delivered_ce, res.Info.Total_retrans)
+	t.Logf("%d reads of root and leaf, %d with a queue; largest root-leaf difference %d B", reads, busy, worst)
+	if res.Info.Options&tcpiOptECN == 0 {
+		t.Fatalf("ECN was not negotiated (tcpi_options %#x)", res.Info.Options)
+	}
+	if res.Info.Delivered_ce == 0 {
+		t.Errorf("no packet of the flow was CE-marked")
+	}
+	if busy == 0 {
+		t.Errorf("the leaf never held a queue in %d reads", reads)
+	}
+
+	// At rest the root's counters equal the leaf's.
+	stats, err := r.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, l, err := rootAndLeaf(stats, leafHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.Backlog != l.Backlog || root.Qlen != l.Qlen || root.Drops != l.Drops {
+		t.Errorf("at rest the root's queue stats %+v do not aggregate the leaf's %+v", root, l)
+	}
+}
+
+// tcpiOptECN is TCPI_OPT_ECN from linux/tcp.h: ECN was negotiated.
+const tcpiOptECN = 0x08

@@ -4,13 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	tc "github.com/florianl/go-tc"
 	"golang.org/x/sys/unix"
 )
 
-// Handles of the bottleneck hierarchy: htb root 1:, class 1:10, bfifo 10:.
-// A handle is major<<16 | minor.
+// ErrQdiscNotSupported is wrapped into the error of NewDumbbell when the
+// running kernel does not have a qdisc that the configuration needs, such
+// as fq_codel for DumbbellConfig.ECNThreshold. Test for it with errors.Is.
+var ErrQdiscNotSupported = errors.New("qdisc kind not supported by the kernel")
+
+// Handles of the bottleneck hierarchy: htb root 1:, class 1:10, leaf 10:
+// (bfifo, or fq_codel for ECN marking). A handle is major<<16 | minor.
 const (
 	htbClassMinor  = 0x10
 	htbRootHandle  = 0x1 << 16
@@ -38,6 +44,64 @@ const (
 	// tells the kernel not to expect a legacy rate table.
 	tcLinklayerEthernet = 1
 )
+
+// Parameters of the fq_codel leaf that DumbbellConfig.ECNThreshold asks
+// for. fq_codel takes its times in microseconds.
+const (
+	// markerFlows is the number of fq_codel flow queues: one, so that all
+	// flows share a single FIFO, as they share a switch port's queue.
+	markerFlows = 1
+	// markerPacketLimit is fq_codel's packet limit, its default. The byte
+	// limit is BufferBytes, as memory_limit.
+	markerPacketLimit = 10240
+	// codelOffTarget is CoDel's target delay. No queue this package builds
+	// gets near it, so CoDel's own drop (or mark) law never engages and
+	// only the ce_threshold step marks. CoDel compares times in signed
+	// 32-bit units of 1024 ns, so the target must stay below about 2199 s.
+	codelOffTarget = 1000 * time.Second
+	// codelInterval is CoDel's interval, its default. It only matters once
+	// the target is exceeded.
+	codelInterval = 100 * time.Millisecond
+	// minECNThreshold and maxECNThreshold bound DumbbellConfig.ECNThreshold.
+	minECNThreshold = time.Microsecond
+	maxECNThreshold = time.Second
+)
+
+// bottleneckSpec describes the qdiscs installBottleneck builds.
+type bottleneckSpec struct {
+	// rateBits is the htb class rate in bits/s; 0 means no htb, only a
+	// bfifo root.
+	rateBits uint64
+	// limit is the leaf's byte limit.
+	limit uint32
+	// ecnThreshold, when positive, makes the leaf an fq_codel that CE-marks
+	// packets whose sojourn time exceeds it, instead of a bfifo. It needs
+	// rateBits > 0.
+	ecnThreshold time.Duration
+}
+
+// stepMarker returns the options of an fq_codel qdisc that acts as a
+// DCTCP-style step marker: a single FIFO of at most limit bytes (of packet
+// memory) that CE-marks every ECN-capable packet whose sojourn time exceeds
+// threshold, and whose CoDel law never engages.
+func stepMarker(threshold time.Duration, limit uint32) *tc.FqCodel {
+	micros := func(d time.Duration) *uint32 {
+		v := uint32((d + time.Microsecond/2) / time.Microsecond)
+		return &v
+	}
+	one := uint32(1)
+	flows := uint32(markerFlows)
+	packets := uint32(markerPacketLimit)
+	return &tc.FqCodel{
+		Target:      micros(codelOffTarget),
+		Interval:    micros(codelInterval),
+		Limit:       &packets,
+		MemoryLimit: &limit,
+		ECN:         &one,
+		Flows:       &flows,
+		CEThreshold: micros(max(threshold, minECNThreshold)),
+	}
+}
 
 // htbClassParams are the parameters of the single htb class.
 type htbClassParams struct {
@@ -72,9 +136,16 @@ func newHTBClassParams(rateBits uint64) htbClassParams {
 }
 
 // installBottleneck installs the bottleneck qdiscs on interface ifname of
-// host h: htb root with one default class at rateBits and a bfifo leaf of
-// limit bytes, or, with rateBits 0, a bfifo root of limit bytes.
-func installBottleneck(h *Host, ifname string, rateBits uint64, limit uint32) (err error) {
+// host h: htb root with one default class at spec.rateBits and a leaf of
+// spec.limit bytes (a bfifo, or the fq_codel step marker of stepMarker when
+// spec.ecnThreshold is set), or, with rateBits 0, a bfifo root of limit
+// bytes. A leaf kind the kernel lacks yields an error that wraps
+// ErrQdiscNotSupported.
+func installBottleneck(h *Host, ifname string, spec bottleneckSpec) (err error) {
+	rateBits, limit := spec.rateBits, spec.limit
+	if spec.ecnThreshold > 0 && rateBits == 0 {
+		return fmt.Errorf("bottleneck on %s in netns %s: ECN marking needs a bottleneck rate", ifname, h.Name)
+	}
 	nl, err := h.handle()
 	if err != nil {
 		return err
@@ -141,8 +212,29 @@ func installBottleneck(h *Host, ifname string, rateBits uint64, limit uint32) (e
 		return fmt.Errorf("add htb class at %d bit/s on %s in netns %s: %w", rateBits, ifname, h.Name, err)
 	}
 
-	if err := tcnl.Qdisc().Add(bfifo(leafHandle, htbClassHandle)); err != nil {
-		return fmt.Errorf("add bfifo leaf qdisc on %s in netns %s: %w", ifname, h.Name, err)
+	if spec.ecnThreshold == 0 {
+		if err := tcnl.Qdisc().Add(bfifo(leafHandle, htbClassHandle)); err != nil {
+			return fmt.Errorf("add bfifo leaf qdisc on %s in netns %s: %w", ifname, h.Name, err)
+		}
+		return nil
+	}
+
+	marker := &tc.Object{
+		Msg: msg(leafHandle, htbClassHandle),
+		Attribute: tc.Attribute{
+			Kind:    "fq_codel",
+			FqCodel: stepMarker(spec.ecnThreshold, limit),
+		},
+	}
+	if err := tcnl.Qdisc().Add(marker); err != nil {
+		// The parent class was created just above, so ENOENT can only mean
+		// that the kernel does not know the kind ("Specified qdisc kind is
+		// unknown").
+		if errors.Is(err, unix.ENOENT) {
+			err = fmt.Errorf("%w: %w", ErrQdiscNotSupported, err)
+		}
+		return fmt.Errorf("add fq_codel ECN-marking leaf qdisc (ce_threshold %v) on %s in netns %s: %w",
+			spec.ecnThreshold, ifname, h.Name, err)
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ func guestPackages() []testPackage {
 			"TestSelectCongControl", "TestParamLayoutMatchesBTF",
 			"TestINTEndToEnd", "TestINTScope", "TestDCTCPMatchesKernel",
 		}, "|") + ")$"},
+		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
 			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
 			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
