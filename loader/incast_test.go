@@ -135,7 +135,7 @@ func runIncast(t *testing.T, d *testbed.Dumbbell, sink *testbed.Sink, cc string)
 
 func formatIncast(runs []incastRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-16s %10s %10s %10s %12s %14s %12s\n", "cc", "queue p50", "peak", "drain", "util after", "incast FCT max", "long Mbit/s")
+	fmt.Fprintf(&b, "%-16s %10s %12s %10s %10s %12s %14s %12s\n", "cc", "queue p50", "incast mean", "peak", "drain", "util after", "incast FCT max", "long Mbit/s")
 	for _, r := range runs {
 		before := testbed.Summarize(samplesIn(r.samples, r.incastAt/2, r.incastAt))
 		peak, _ := r.peak()
@@ -147,7 +147,7 @@ func formatIncast(runs []incastRun) string {
 			drainText = drain.Round(100 * time.Microsecond).String()
 		}
 		fct := r.maxFCT()
-		fmt.Fprintf(&b, "%-16s %8.0fKB %8.0fKB %10s %11.0f%% %14v %12.0f\n", r.cc, before.P50/1e3, float64(peak)/1e3,
+		fmt.Fprintf(&b, "%-16s %8.0fKB %10.0fKB %8.0fKB %10s %11.0f%% %14v %12.0f\n", r.cc, before.P50/1e3, r.incastQueue()/1e3, float64(peak)/1e3,
 			drainText, util*100, fct.Round(100*time.Microsecond), r.long.Throughput/1e6)
 	}
 	return b.String()
@@ -167,17 +167,20 @@ func samplesIn(s []testbed.QueueSample, from, to time.Duration) []testbed.QueueS
 // 1 Gbit/s INT hop with cubic, powertcp and hpcc, and prints the queue
 // before the incast, its peak, how long it took to fall back to one GSO
 // packet, the link's utilisation after that, the incasts' longest FCT and
-// the long flow's throughput. It requires what powertcp achieves here:
-// every byte delivered, a peak queue below cubic's and a longest incast
-// FCT below cubic's. It does not yet require the queue to drain within a
-// few RTTs (it stays up about as long as the incast lasts), and it only
-// reports hpcc, whose line-rate starts overflow this lossy 1 MiB buffer
-// (see docs/measurements.md).
+// the long flow's throughput. It requires what powertcp achieves here
+// every time: every byte delivered, a mean queue over the incast's first
+// 100 ms below half of cubic's, and a longest incast FCT below cubic's. It
+// does not require the peak to be lower (ten line-rate starts at 10 Gbit/s
+// can fill the 1 MiB buffer as cubic's standing queue does), nor the queue
+// to drain within a few RTTs (it stays up about as long as the incast
+// lasts); it only reports hpcc (see docs/measurements.md).
 func TestIncastINT(t *testing.T) {
 	requireKernelCC(t, "powertcp", "hpcc")
 	l := New(testHost(t))
 	enableINTForTest(t, l, INTConfig{})
-	attachForTest(t, l, AttachRequest{Name: "powertcp"})
+	// PowerTCP's β = host_bw·τ/N adds up to about host_bw·τ of queue over
+	// N flows; as in the paper's incast, the hosts' rate is the link's.
+	attachForTest(t, l, AttachRequest{Name: "powertcp", Params: map[string]string{"host_bw": FormatBandwidth(bottleneckRate)}})
 	attachForTest(t, l, AttachRequest{Name: "hpcc"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -220,16 +223,21 @@ func TestIncastINT(t *testing.T) {
 			t.Logf("%s queue (ms since incast:KB): %s", r.cc, strings.Join(line, " "))
 		}
 	}
-	cubicPeak, _ := runs[0].peak()
+	cubicQ := runs[0].incastQueue()
 	cubicFCT := runs[0].maxFCT()
 	for _, r := range runs[1:2] {
-		if p, _ := r.peak(); p >= cubicPeak {
-			t.Errorf("%s's peak queue %d B is not below cubic's %d B", r.cc, p, cubicPeak)
+		if q := r.incastQueue(); q >= cubicQ/2 {
+			t.Errorf("%s's mean queue during the incast, %.0f KB, is not below half of cubic's %.0f KB", r.cc, q/1e3, cubicQ/1e3)
 		}
 		if f := r.maxFCT(); f >= cubicFCT {
 			t.Errorf("%s's longest incast FCT %v is not below cubic's %v", r.cc, f, cubicFCT)
 		}
 	}
+}
+
+// incastQueue is the mean queue in the incast's first 100 ms, in bytes.
+func (r incastRun) incastQueue() float64 {
+	return testbed.Summarize(samplesIn(r.samples, r.incastAt, r.incastAt+100*time.Millisecond)).Mean
 }
 
 // maxFCT is the longest completion time of the incast flows.

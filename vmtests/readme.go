@@ -40,9 +40,11 @@ func updateReadme(path string, results []kernelResult, total time.Duration) erro
 		} else if d != "" {
 			proto = "2 arguments"
 		}
-		fq := "yes"
-		if slices.ContainsFunc(r.InsmodFailed, func(m string) bool { return strings.HasPrefix(m, "sch_fq.") }) {
-			fq = "no"
+		fq := "no"
+		for _, p := range r.Packages {
+			if slices.ContainsFunc(p.Tests, func(t testResult) bool { return t.Name == "TestFQEDTDelay" && t.Status == "pass" }) {
+				fq = "yes: `TestFQEDTDelay` saw the delay"
+			}
 		}
 		var passed []string
 		for _, p := range r.Packages {
