@@ -53,7 +53,6 @@ INT_STORE_MAP;
 #define HPCC_FALLBACK_RTT_US 100
 #define HPCC_U_MIN ((__s64)FP_ONE / 64)	/* bounds one MI step to 64·η */
 #define HPCC_U_MAX (1024 * (__s64)FP_ONE)
-#define HPCC_MAX_GAP_NS 8000000ULL
 #define HPCC_COUNTED 0x1
 
 /* Per-socket state in icsk_ca_priv (at most 104 bytes). */
@@ -61,10 +60,7 @@ struct hpcc_ca {
 	__u64 w;		/* window, bytes */
 	__u64 wc;		/* reference window W^c, bytes */
 	__s64 u;		/* smoothed normalised inflight U, FP_ONE */
-	__u64 prev_hop[INT_MAX_HOPS];	/* the previous echo's records */
-	__u64 prev_echo_ns;
-	__u32 prev_echo_seq;
-	__u32 prev_hops;
+	struct int_prev prev;	/* the previous echo */
 	__u32 inc_stage;
 	__u32 last_update_seq;
 	__u32 min_rtt_us;	/* minimum srtt; 0 = none yet */
@@ -99,45 +95,23 @@ static __always_inline __u64 hpcc_wai(const struct hpcc_params *p, __u32 t)
 	return (bdp_bytes(p->host_bw_bps, t) * (FP_ONE - eta) >> FP_SHIFT) / (p->expected_flows ?: 1);
 }
 
-/* Sets the window (bytes) and paces at W/T. */
-static __always_inline void hpcc_apply(struct sock *sk, __u64 w, __u32 t)
-{
-	struct tcp_sock *tp = tcp_sk(sk);
-	__u32 mss = tp->mss_cache ?: 1;
-	__u64 pkts = w / mss, rate;
-
-	if (pkts < 2)
-		pkts = 2;
-	if (pkts > tp->snd_cwnd_clamp)
-		pkts = tp->snd_cwnd_clamp;
-	tp->snd_cwnd = pkts;
-	rate = w * USEC_PER_SEC / t;
-	if (rate > sk->sk_max_pacing_rate)
-		rate = sk->sk_max_pacing_rate;
-	sk->sk_pacing_rate = rate;
-}
 
 /* u' of one hop between two records, FP_ONE-scaled, or -1. */
 static __always_inline __s64 hop_inflight(__u64 now_w, __u64 prev_w, __u32 t_us,
 					  __u64 min_bt, __u64 *dt_us)
 {
-	__u64 mbps = int_rate_mbps(int_hop_rate_code(now_w));
-	__u64 dt, tx, bt, q, qnow, qprev;
+	struct int_delta d;
+	__u64 bt, q;
 
-	dt = (int_hop_ts(now_w) - int_hop_ts(prev_w)) & ((1U << INT_TS_BITS) - 1);
-	if (!mbps || !dt || int_hop_rate_code(now_w) != int_hop_rate_code(prev_w))
+	if (!int_hop_delta(now_w, prev_w, &d))
 		return -1;
-	tx = ((int_hop_tx(now_w) - int_hop_tx(prev_w)) & ((1U << INT_TX_BITS) - 1)) * INT_TX_UNIT;
-	qnow = (__u64)int_hop_qlen(now_w) * INT_QLEN_UNIT;
-	qprev = (__u64)int_hop_qlen(prev_w) * INT_QLEN_UNIT;
-	q = qnow < qprev ? qnow : qprev;
-
-	bt = mbps * t_us / 8; /* B·T in bytes */
+	q = d.q_now < d.q_prev ? d.q_now : d.q_prev;
+	bt = d.mbps * t_us / 8; /* B·T in bytes */
 	if (bt < min_bt)
 		bt = min_bt;
-	*dt_us = dt / 1000;
+	*dt_us = d.dt_ns / 1000;
 	/* q/(B·T) + (tx/dt)/B, with B·dt = mbps·dt/8000 bytes */
-	return (__s64)(q * FP_ONE / (bt ?: 1) + tx * FP_ONE / ((mbps * dt / 8000) ?: 1));
+	return (__s64)(q * FP_ONE / (bt ?: 1) + d.tx_bytes * FP_ONE / ((d.mbps * d.dt_ns / 8000) ?: 1));
 }
 
 /* MEASUREINFLIGHT; returns false when the echo could not be used. */
@@ -146,31 +120,21 @@ static __always_inline bool hpcc_measure(struct hpcc_ca *ca, const struct int_sk
 {
 	__s64 best = -1, u;
 	__u64 best_dt = 0, dt_us = 0, tau;
-	bool usable;
-	int i;
+	bool usable = int_pair_usable(&ca->prev, st);
+	__u32 i;
 
-	usable = ca->prev_echo_seq && ca->prev_hops == st->echo_hops &&
-		 st->echo_ns - ca->prev_echo_ns < HPCC_MAX_GAP_NS;
 	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
-		__u64 mbps;
-
 		if (i >= st->echo_hops)
 			break;
-		/* Skip a hop whose 128 MiB txBytes counter may have wrapped. */
-		mbps = int_rate_mbps(int_hop_rate_code(st->echo[i]));
-		if (mbps && st->echo_ns - ca->prev_echo_ns > (1ULL << 29) * 1000 / mbps)
+		if (int_hop_may_wrap(&ca->prev, st, i))
 			continue;
-		u = hop_inflight(st->echo[i], ca->prev_hop[i], t, min_bt, &dt_us);
+		u = hop_inflight(st->echo[i], ca->prev.hop[i], t, min_bt, &dt_us);
 		if (u > best) {
 			best = u;
 			best_dt = dt_us;
 		}
 	}
-	for (i = 0; i < INT_MAX_HOPS; i++)
-		ca->prev_hop[i] = st->echo[i];
-	ca->prev_hops = st->echo_hops;
-	ca->prev_echo_seq = st->echo_seq;
-	ca->prev_echo_ns = st->echo_ns;
+	int_prev_save(&ca->prev, st);
 	if (best < 0)
 		return false;
 	tau = best_dt < t ? best_dt : t;
@@ -225,7 +189,7 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 	/* T: the RTT less the queueing the echo reports (see int.h). */
 	int_track_base_rtt(&ca->min_rtt_us, rs->rtt_us, st);
 	t = hpcc_t(sk, p, ca);
-	if (st->echo_seq != ca->prev_echo_seq) {
+	if (st->echo_seq != ca->prev.echo_seq) {
 		stat_add(&stats, STAT_INT_SAMPLES, 1);
 		hpcc_measure(ca, st, t, sk->sk_gso_max_size);
 	}
@@ -239,7 +203,7 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 		w = max_u64(ca->w, min_u64(w, 2ULL * tp->max_packets_out * mss));
 	ca->w = max_u64(w, 2ULL * mss);
 	stat_add(&stats, STAT_CWND_UPDATES, 1);
-	hpcc_apply(sk, ca->w, t);
+	cc_set_window(sk, ca->w, t);
 	TRACE_ACK(sk, ca->w, ca->u, int_max_qlen(st), rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_INT);
 }
 
@@ -262,7 +226,7 @@ void BPF_PROG(hpcc_init, struct sock *sk)
 	t = hpcc_t(sk, p, ca);
 	ca->w = ca->wc = max_u64(bdp_bytes(p->host_bw_bps, t), 2ULL * (tp->mss_cache ?: 1));
 	sk->sk_pacing_status = SK_PACING_NEEDED;
-	hpcc_apply(sk, ca->w, t);
+	cc_set_window(sk, ca->w, t);
 }
 
 SEC("struct_ops")

@@ -25,40 +25,30 @@
  * says how often that happens, so a path without telemetry is visible.
  */
 #include "include/power.h"
-#include "include/int.h"
 
 char _license[] SEC("license") = "GPL";
 
 INT_STORE_MAP;
 
-/* A sample older than this may have wrapped the 24-bit ns timestamps. */
-#define INT_MAX_GAP_NS 8000000ULL
 #define POWER_CURRENT_MAX (16 * (__s64)FP_ONE)
 
 /*
  * Normalised power of one hop between two of its records, FP_ONE-scaled,
- * or -1 when the pair says nothing (same timestamp, unknown rate). *dt_us
- * gets the time between the records.
+ * or -1 when the pair says nothing. *dt_us gets the time between them.
  */
 static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
 				       __u64 min_bdp, __u64 *dt_us)
 {
-	__u64 mbps = int_rate_mbps(int_hop_rate_code(now_w));
-	__u64 dt, tx, bdp, denom;
-	__s64 dq, current, voltage;
+	struct int_delta d;
+	__u64 bdp, denom;
+	__s64 current, voltage;
 
-	dt = (int_hop_ts(now_w) - int_hop_ts(prev_w)) & ((1U << INT_TS_BITS) - 1);
-	/* A different rate code means a different link: the path changed. */
-	if (!mbps || !dt || int_hop_rate_code(now_w) != int_hop_rate_code(prev_w))
+	if (!int_hop_delta(now_w, prev_w, &d))
 		return -1;
-	tx = ((int_hop_tx(now_w) - int_hop_tx(prev_w)) & ((1U << INT_TX_BITS) - 1)) * INT_TX_UNIT;
-	dq = ((__s64)int_hop_qlen(now_w) - (__s64)int_hop_qlen(prev_w)) * INT_QLEN_UNIT;
-
 	/* λ/b: bytes that arrived in dt over the bytes the link can send in dt. */
-	denom = mbps * dt / 8000; /* b·dt in bytes: Mbit/s · ns / 8000 */
-	if (!denom)
-		denom = 1;
-	current = sdiv64((dq + (__s64)tx) * (__s64)FP_ONE, denom);
+	denom = d.mbps * d.dt_ns / 8000; /* b·dt in bytes: Mbit/s · ns / 8000 */
+	current = sdiv64(((__s64)d.q_now - (__s64)d.q_prev + (__s64)d.tx_bytes) * (__s64)FP_ONE,
+			 denom ?: 1);
 	current = clamp_s64(current, -POWER_CURRENT_MAX, POWER_CURRENT_MAX);
 
 	/*
@@ -67,15 +57,13 @@ static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
 	 * router) cannot keep its link busy with less queued, so a smaller
 	 * BDP would read that packet as congestion.
 	 */
-	bdp = mbps * tau_us / 8; /* b·τ in bytes */
+	bdp = d.mbps * tau_us / 8; /* b·τ in bytes */
 	if (bdp < min_bdp)
 		bdp = min_bdp;
-	if (!bdp)
-		bdp = 1;
-	voltage = (__s64)(((__u64)int_hop_qlen(now_w) * INT_QLEN_UNIT + bdp) * FP_ONE / bdp);
+	voltage = (__s64)((d.q_now + bdp) * FP_ONE / (bdp ?: 1));
 	voltage = clamp_s64(voltage, 0, POWER_SAMPLE_MAX);
 
-	*dt_us = dt / 1000;
+	*dt_us = d.dt_ns / 1000;
 	return (current * voltage) >> FP_SHIFT;
 }
 
@@ -83,40 +71,26 @@ static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
  * NORMPOWER over the hops of a new echo. Returns false when it could not
  * be used (first echo, a changed path, or a gap that may have wrapped).
  */
-static __always_inline bool int_power(struct power_ca *ca, const struct power_params *p,
-				      const struct int_sk *st, __u32 tau, __u64 min_bdp)
+static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *st,
+				      __u32 tau, __u64 min_bdp)
 {
 	__s64 best = -1, g, sample;
 	__u64 best_dt = 0, dt_us = 0, dtc;
-	bool usable;
-	int i;
+	bool usable = int_pair_usable(&ca->prev, st);
+	__u32 i;
 
-	usable = ca->prev_echo_seq && ca->prev_hops == st->echo_hops &&
-		 st->echo_ns - ca->prev_echo_ns < INT_MAX_GAP_NS;
 	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
-		__u64 mbps;
-
 		if (i >= st->echo_hops)
 			break;
-		/*
-		 * txBytes wraps every 128 MiB: at 200 Gbit/s and up that is
-		 * sooner than INT_MAX_GAP_NS. Skip a hop whose counter may
-		 * have wrapped (a gap over half its wrap time).
-		 */
-		mbps = int_rate_mbps(int_hop_rate_code(st->echo[i]));
-		if (mbps && st->echo_ns - ca->prev_echo_ns > (1ULL << 29) * 1000 / mbps)
+		if (int_hop_may_wrap(&ca->prev, st, i))
 			continue;
-		g = hop_power(st->echo[i], ca->prev_hop[i], tau, min_bdp, &dt_us);
+		g = hop_power(st->echo[i], ca->prev.hop[i], tau, min_bdp, &dt_us);
 		if (g > best) {
 			best = g;
 			best_dt = dt_us;
 		}
 	}
-	for (i = 0; i < INT_MAX_HOPS; i++)
-		ca->prev_hop[i] = st->echo[i];
-	ca->prev_hops = st->echo_hops;
-	ca->prev_echo_seq = st->echo_seq;
-	ca->prev_echo_ns = st->echo_ns;
+	int_prev_save(&ca->prev, st);
 	if (best < 0)
 		return false;
 
@@ -150,9 +124,9 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	 * does not take the congested RTT for its base RTT.
 	 */
 	int_track_base_rtt(&ca->min_rtt_us, rs->rtt_us, st);
-	if (st->echo_seq != ca->prev_echo_seq) {
+	if (st->echo_seq != ca->prev.echo_seq) {
 		stat_add(&stats, STAT_INT_SAMPLES, 1);
-		int_power(ca, p, st, power_tau(p, ca, power_burst_us(sk, p)), sk->sk_gso_max_size);
+		int_power(ca, st, power_tau(p, ca, power_burst_us(sk, p)), sk->sk_gso_max_size);
 	}
 
 	/*

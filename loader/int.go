@@ -378,12 +378,8 @@ func (l *Loader) DisableINT() (bool, error) {
 	if !exists(dir) {
 		return false, nil
 	}
-	if lnk, err := link.LoadPinnedLink(filepath.Join(dir, pinLink), nil); err == nil {
-		if err := lnk.Unpin(); err != nil {
-			lnk.Close()
-			return false, fmt.Errorf("unpin INT link: %w", err)
-		}
-		lnk.Close()
+	if err := detachPinnedLink(filepath.Join(dir, pinLink)); err != nil {
+		return false, fmt.Errorf("detach the INT sockops program: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return false, fmt.Errorf("remove INT pins: %w", err)

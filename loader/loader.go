@@ -589,15 +589,8 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	dir := l.PinDir(name)
 	switch st.reg {
 	case RegLink:
-		lnk, err := link.LoadPinnedLink(filepath.Join(dir, pinLink), nil)
-		if err == nil {
-			// Unpin first, so that closing our fd drops the last
-			// reference and unregisters synchronously.
-			if err := lnk.Unpin(); err != nil {
-				lnk.Close()
-				return nil, fmt.Errorf("unpin %s link: %w", name, err)
-			}
-			lnk.Close()
+		if err := detachPinnedLink(filepath.Join(dir, pinLink)); err != nil {
+			return nil, fmt.Errorf("unregister %s: %w", name, err)
 		}
 	case RegLegacy:
 		ops, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinOps), nil)
@@ -619,6 +612,25 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// detachPinnedLink unpins the link at path and closes it. Unpinning first
+// means that closing our fd drops the last reference, so the kernel
+// releases the link (and what it holds registered) synchronously. A
+// missing pin is not an error.
+func detachPinnedLink(path string) error {
+	lnk, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open pinned link %s: %w", path, err)
+	}
+	defer lnk.Close()
+	if err := lnk.Unpin(); err != nil {
+		return fmt.Errorf("unpin %s: %w", path, err)
+	}
+	return nil
 }
 
 func waitUnregistered(procSys, name string, timeout time.Duration) error {

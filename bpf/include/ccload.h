@@ -211,4 +211,26 @@ static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
 	return (bw_bps >> 3) * rtt_us / USEC_PER_SEC;
 }
 
+/*
+ * Writes a window of cwnd bytes to the socket (at least 2 packets, at most
+ * snd_cwnd_clamp) and paces at cwnd/τ, capped by SO_MAX_PACING_RATE. For
+ * CCs with cong_control, which the kernel leaves to set pacing themselves.
+ */
+static __always_inline void cc_set_window(struct sock *sk, __u64 cwnd, __u32 tau_us)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	__u64 pkts = cwnd / (tp->mss_cache ?: 1), rate;
+
+	if (pkts < 2)
+		pkts = 2;
+	if (pkts > tp->snd_cwnd_clamp)
+		pkts = tp->snd_cwnd_clamp;
+	tp->snd_cwnd = pkts;
+
+	rate = cwnd * USEC_PER_SEC / (tau_us ?: 1);
+	if (rate > sk->sk_max_pacing_rate)
+		rate = sk->sk_max_pacing_rate;
+	sk->sk_pacing_rate = rate;
+}
+
 #endif /* CCLOAD_H */

@@ -123,6 +123,74 @@ static __always_inline void int_track_base_rtt(__u32 *min_rtt_us, long rtt_us,
 		*min_rtt_us = base;
 }
 
+/* A sample older than this may have wrapped the 24-bit ns timestamps. */
+#define INT_MAX_GAP_NS 8000000ULL
+
+/* The previous echo a congestion control compares each new one with. */
+struct int_prev {
+	__u64 hop[INT_MAX_HOPS];
+	__u64 echo_ns;		/* when it was parsed */
+	__u32 echo_seq;		/* its int_sk.echo_seq; 0 = none yet */
+	__u32 hops;
+};
+
+/* Whether the new echo can be compared with the previous one at all. */
+static __always_inline bool int_pair_usable(const struct int_prev *prev, const struct int_sk *st)
+{
+	return prev->echo_seq && prev->hops == st->echo_hops &&
+	       st->echo_ns - prev->echo_ns < INT_MAX_GAP_NS;
+}
+
+/*
+ * Whether hop i's txBytes counter may have wrapped since the previous
+ * echo: it wraps every 128 MiB, sooner than INT_MAX_GAP_NS at 200 Gbit/s
+ * and up; a gap over half its wrap time is not trusted.
+ */
+static __always_inline bool int_hop_may_wrap(const struct int_prev *prev, const struct int_sk *st, __u32 i)
+{
+	__u64 mbps = int_rate_mbps(int_hop_rate_code(st->echo[i & (INT_MAX_HOPS - 1)]));
+
+	return mbps && st->echo_ns - prev->echo_ns > (1ULL << 29) * 1000 / mbps;
+}
+
+/* Makes the new echo the previous one. */
+static __always_inline void int_prev_save(struct int_prev *prev, const struct int_sk *st)
+{
+	__u32 i;
+
+	for (i = 0; i < INT_MAX_HOPS; i++)
+		prev->hop[i] = st->echo[i];
+	prev->hops = st->echo_hops;
+	prev->echo_seq = st->echo_seq;
+	prev->echo_ns = st->echo_ns;
+}
+
+/* What one hop did between two of its records. */
+struct int_delta {
+	__u64 mbps;		/* link rate */
+	__u64 dt_ns;		/* time between the records */
+	__u64 tx_bytes;		/* bytes sent in between */
+	__u64 q_now;		/* queue now, bytes */
+	__u64 q_prev;		/* queue then, bytes */
+};
+
+/*
+ * Fills d from two records of one hop. False when the pair says nothing:
+ * an unknown rate, the same timestamp, or a different rate code (a
+ * different link: the path changed).
+ */
+static __always_inline bool int_hop_delta(__u64 now_w, __u64 prev_w, struct int_delta *d)
+{
+	d->mbps = int_rate_mbps(int_hop_rate_code(now_w));
+	d->dt_ns = (int_hop_ts(now_w) - int_hop_ts(prev_w)) & ((1U << INT_TS_BITS) - 1);
+	if (!d->mbps || !d->dt_ns || int_hop_rate_code(now_w) != int_hop_rate_code(prev_w))
+		return false;
+	d->tx_bytes = ((int_hop_tx(now_w) - int_hop_tx(prev_w)) & ((1U << INT_TX_BITS) - 1)) * INT_TX_UNIT;
+	d->q_now = (__u64)int_hop_qlen(now_w) * INT_QLEN_UNIT;
+	d->q_prev = (__u64)int_hop_qlen(prev_w) * INT_QLEN_UNIT;
+	return true;
+}
+
 /* The largest hop queue of an echo, in bytes (for traces). */
 static __always_inline __u32 int_max_qlen(const struct int_sk *st)
 {

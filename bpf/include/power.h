@@ -12,6 +12,7 @@
 #define CCLOAD_POWER_H
 
 #include "ccload.h"
+#include "int.h"
 
 /* Run-time parameters, written by the loader (ccload attach/set). */
 struct power_params {
@@ -59,12 +60,9 @@ struct power_ca {
 	__u32 last_update_seq;	/* θ: snd_nxt at the previous window update;
 				 * INT: snd_nxt when cwnd_old was remembered */
 	__u32 flags;
-	/* PowerTCP (INT) only: the previous echo's hop records. */
-	__u64 prev_hop[4];
-	__u64 prev_echo_ns;	/* when the previous echo was parsed */
-	__u32 prev_echo_seq;
-	__u32 prev_hops;
-	__u32 old_stamp_us;	/* INT: when cwnd_old was remembered (tcp_mstamp, low bits) */
+	/* PowerTCP (INT) only. */
+	struct int_prev prev;	/* the previous echo */
+	__u32 old_stamp_us;	/* when cwnd_old was remembered (tcp_mstamp, low bits) */
 };
 
 static __always_inline struct power_params *power_params(void)
@@ -101,25 +99,6 @@ static __always_inline __u32 power_tau(const struct power_params *p,
 	return tau > floor_us ? tau : floor_us;
 }
 
-/* Writes cwnd (bytes) to the socket and paces at cwnd / τ. */
-static __always_inline void power_apply(struct sock *sk, __u64 cwnd, __u32 tau)
-{
-	struct tcp_sock *tp = tcp_sk(sk);
-	__u32 mss = tp->mss_cache ?: 1;
-	__u64 pkts = cwnd / mss;
-	__u64 rate;
-
-	if (pkts < 2)
-		pkts = 2;
-	if (pkts > tp->snd_cwnd_clamp)
-		pkts = tp->snd_cwnd_clamp;
-	tp->snd_cwnd = pkts;
-
-	rate = cwnd * USEC_PER_SEC / tau;
-	if (rate > sk->sk_max_pacing_rate)
-		rate = sk->sk_max_pacing_rate;
-	sk->sk_pacing_rate = rate;
-}
 
 static __always_inline void power_init(struct sock *sk)
 {
@@ -150,7 +129,7 @@ static __always_inline void power_init(struct sock *sk)
 	ca->cwnd_old = cwnd;
 
 	sk->sk_pacing_status = SK_PACING_NEEDED;
-	power_apply(sk, cwnd, tau);
+	cc_set_window(sk, cwnd, tau);
 }
 
 /*
@@ -265,7 +244,7 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 
 	ca->cwnd = cwnd;
 	stat_add(&stats, STAT_CWND_UPDATES, 1);
-	power_apply(sk, cwnd, tau);
+	cc_set_window(sk, cwnd, tau);
 }
 
 /* θ-PowerTCP's ACK: power per ACK, window once per RTT (Algorithm 2). */
