@@ -222,11 +222,9 @@ func (l *Loader) register(cc *CC, f *Features, reg Registration, vals map[string
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, layout.size)
-	for name, v := range vals {
-		if err := layout.put(buf, name, v); err != nil {
-			return err
-		}
+	buf, err := layout.encode(vals)
+	if err != nil {
+		return err
 	}
 	spec.Maps[pinParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
 
@@ -478,11 +476,9 @@ func (l *Loader) updateParams(cc *CC, m *ebpf.Map, given map[string]string) (map
 	if err != nil {
 		return nil, nil, err
 	}
-	buf := make([]byte, layout.size)
-	for name, v := range vals {
-		if err := layout.put(buf, name, v); err != nil {
-			return nil, nil, err
-		}
+	buf, err := layout.encode(vals)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := m.Update(uint32(0), buf, ebpf.UpdateExist); err != nil {
 		return nil, nil, fmt.Errorf("write %s params: %w", cc.Name, err)

@@ -322,6 +322,17 @@ func (l *paramLayout) put(buf []byte, name string, v uint64) error {
 	return nil
 }
 
+// encode lays stored values out as the BPF params struct.
+func (l *paramLayout) encode(vals map[string]uint64) ([]byte, error) {
+	buf := make([]byte, l.size)
+	for name, v := range vals {
+		if err := l.put(buf, name, v); err != nil {
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
 // resolveParams turns user assignments into stored values. Parameters not
 // given keep the value in cur (or their default when cur is nil). auto
 // resolves "auto" values.
