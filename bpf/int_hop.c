@@ -234,7 +234,7 @@ int int_hop(struct __sk_buff *skb)
 	struct hop_config *cfg;
 	struct hop_queue *q;
 	struct hop_sample s;
-	__u32 zero = 0, l3 = ETH_HLEN, l4, doff, optlen = 0;
+	__u32 zero = 0, l3 = ETH_HLEN, l4, doff, optlen = 0, len;
 	__u8 b[2];
 	bool v6;
 	int opt;
@@ -244,37 +244,44 @@ int int_hop(struct __sk_buff *skb)
 	if (!cfg || !q || !cfg->rate_bps)
 		return TC_ACT_OK;
 	stat_add(&hop_stats, HOP_STAT_PACKETS, 1);
-	queue_join(q, cfg, skb->len, &s);
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		__u8 vihl, proto;
 
 		v6 = false;
-		if (bpf_skb_load_bytes(skb, l3, &vihl, 1) || bpf_skb_load_bytes(skb, l3 + 9, &proto, 1))
-			return TC_ACT_OK;
-		if (proto != IPPROTO_TCP || (vihl >> 4) != 4)
-			return TC_ACT_OK;
-		/* Only the first fragment has the TCP header; skip fragments. */
-		if (bpf_skb_load_bytes(skb, l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
-			return TC_ACT_OK;
+		if (bpf_skb_load_bytes(skb, l3, &vihl, 1) || bpf_skb_load_bytes(skb, l3 + 9, &proto, 1) ||
+		    (vihl >> 4) != 4)
+			goto other;
 		l4 = l3 + (vihl & 0xf) * 4;
+		/* Only the first fragment has the TCP header; skip fragments. */
+		if (proto != IPPROTO_TCP || bpf_skb_load_bytes(skb, l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
+			goto other;
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		__u8 next;
 
 		v6 = true;
 		if (bpf_skb_load_bytes(skb, l3 + 6, &next, 1) || next != IPPROTO_TCP)
-			return TC_ACT_OK;
+			goto other;
 		l4 = l3 + 40;
 	} else {
-		return TC_ACT_OK;
+		goto other;
 	}
+	if (bpf_skb_load_bytes(skb, l4 + 12, b, 1))
+		goto other;
+	doff = (b[0] >> 4) * 4;
+
+	/*
+	 * The bytes the shaper counts: like qdisc_pkt_len(), a GSO packet
+	 * costs its headers once per segment it becomes.
+	 */
+	len = skb->len;
+	if (skb->gso_segs > 1)
+		len += (skb->gso_segs - 1) * (l4 + doff);
+	queue_join(q, cfg, len, &s);
 
 	if (cfg->ecn_threshold && s.backlog > cfg->ecn_threshold && mark_ce(skb, l3, v6))
 		stat_add(&hop_stats, HOP_STAT_CE_MARKED, 1);
 
-	if (bpf_skb_load_bytes(skb, l4 + 12, b, 1))
-		return TC_ACT_OK;
-	doff = (b[0] >> 4) * 4;
 	if (doff <= 20)
 		return TC_ACT_OK;
 	opt = find_forward(skb, l4, doff, &optlen);
@@ -282,5 +289,10 @@ int int_hop(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	write_record(skb, opt, optlen, l4 + 16,
 		     int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog));
+	return TC_ACT_OK;
+
+other:
+	/* Not TCP over IP: it still takes its place in the queue. */
+	queue_join(q, cfg, skb->len, &s);
 	return TC_ACT_OK;
 }

@@ -257,3 +257,55 @@ var (
 	_ = binary.BigEndian
 	_ = qdisc.Egress
 )
+
+// TestHopQueueModel compares the queue the INT hop reports (its model of
+// the shaper) with the qdisc's own backlog, read over rtnetlink, while a
+// cubic flow fills the buffer and while θ-PowerTCP keeps it near empty.
+func TestHopQueueModel(t *testing.T) {
+	requireKernelCC(t, "theta_powertcp")
+	l := New(testHost(t))
+	attachForTest(t, l, AttachRequest{Name: "theta_powertcp"})
+	d := newDumbbell(t, 1)
+	hop := hopForTest(t, d, 0)
+	sink := startSink(t, d.Receiver, d.Receiver.Addr)
+
+	for _, tc := range []struct {
+		cc        string
+		tolerance float64 // bytes the two means may differ by
+	}{
+		{"cubic", 0.1 * bottleneckBuffer},
+		{"theta_powertcp", nearZeroQueue},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var model []float64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for i := 0; i < 60_000 && ctx.Err() == nil; i++ {
+				<-tick.C
+				if s, err := hop.Stats(); err == nil {
+					model = append(model, float64(s.BacklogBytes))
+				}
+			}
+		}()
+		m := runFlow(t, d, sink, tc.cc, 128<<20, nil)
+		cancel()
+		<-done
+		// The same window as the qdisc's: after the flow's first fifth.
+		from := len(model) / 5
+		var sum float64
+		for _, v := range model[from:] {
+			sum += v
+		}
+		modelMean := sum / float64(len(model)-from)
+		real := m.Steady()
+		t.Logf("%s: qdisc backlog mean %.0f KB (%d samples), hop model mean %.0f KB (%d samples)",
+			tc.cc, real.Mean/1e3, real.N, modelMean/1e3, len(model)-from)
+		if diff := modelMean - real.Mean; diff > tc.tolerance || diff < -tc.tolerance {
+			t.Errorf("%s: the hop's queue model (mean %.0f KB) is more than %.0f KB off the qdisc's backlog (mean %.0f KB)",
+				tc.cc, modelMean/1e3, tc.tolerance/1e3, real.Mean/1e3)
+		}
+	}
+}
