@@ -7,19 +7,16 @@ package loader
 import (
 	"context"
 	"encoding/binary"
-	"errors"
+	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ccload/ccload/qdisc"
 	"github.com/ccload/ccload/telemetry"
 	"github.com/ccload/ccload/testbed"
 )
@@ -69,6 +66,7 @@ type captured struct {
 	opt   telemetry.Option
 	found bool
 	raw   []byte // the options area
+	frame []byte // the whole frame
 }
 
 // capture reads up to max packets from every interface of h (not lo)
@@ -102,7 +100,7 @@ func capture(t testing.TB, ctx context.Context, h *testbed.Host, max int) <-chan
 			if err != nil {
 				continue
 			}
-			c := captured{info: info, raw: append([]byte(nil), opts...)}
+			c := captured{info: info, raw: append([]byte(nil), opts...), frame: append([]byte(nil), buf[:n]...)}
 			c.opt, c.found, err = telemetry.FindOption(opts)
 			if err != nil {
 				t.Errorf("captured a malformed INT option %x: %v", opts, err)
@@ -250,14 +248,6 @@ func TestINTScope(t *testing.T) {
 	}
 }
 
-var (
-	_ = errors.New
-	_ = os.Getpid
-	_ = sync.Mutex{}
-	_ = binary.BigEndian
-	_ = qdisc.Egress
-)
-
 // TestHopQueueModel compares the queue the INT hop reports (its model of
 // the shaper) with the qdisc's own backlog, read over rtnetlink, while a
 // cubic flow fills the buffer and while θ-PowerTCP keeps it near empty.
@@ -308,4 +298,136 @@ func TestHopQueueModel(t *testing.T) {
 				tc.cc, modelMean/1e3, tc.tolerance/1e3, real.Mean/1e3)
 		}
 	}
+}
+
+// TestINTMalformedFromNetwork injects segments with malformed INT options
+// into a live, tagged connection, as a faulty or hostile hop could send
+// them: the receiver's sockops program must count them as malformed and
+// use none of them, and the connection must go on carrying data intact.
+func TestINTMalformedFromNetwork(t *testing.T) {
+	requireKernelCC(t)
+	l := New(testHost(t))
+	enableINTForTest(t, l, INTConfig{})
+	p := newPair(t)
+	ln, received := drainListener(t, p.B, p.B.Addr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	atB := capture(t, ctx, p.B, 2000)
+	conn := dialCC(t, p.A, ln.Addr().String(), "cubic")
+	chunk := make([]byte, 256<<10)
+	if _, err := conn.Write(chunk); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+
+	// The newest segment from A tells where the receiver's window is.
+	local := conn.LocalAddr().(*net.TCPAddr)
+	var last []byte
+	for _, c := range <-atB {
+		if c.info.SrcPort == uint16(local.Port) {
+			last = c.frame
+		}
+	}
+	if last == nil {
+		t.Fatal("captured no segment of the connection")
+	}
+	ip := last[14:]
+	tcp := ip[(ip[0]&0xf)*4:]
+	doff := int(tcp[12]>>4) * 4
+	payload := int(binary.BigEndian.Uint16(ip[2:])) - int(ip[0]&0xf)*4 - doff
+	seq := binary.BigEndian.Uint32(tcp[4:]) + uint32(payload)
+	ack := binary.BigEndian.Uint32(tcp[8:])
+	var tsopt []byte // the timestamps option, to pass PAWS
+	for i := 20; i+1 < doff; {
+		switch {
+		case tcp[i] == 1:
+			i++
+		case tcp[i] == 8 && tcp[i+1] == 10:
+			tsopt = append([]byte{1, 1}, tcp[i:i+10]...)
+			i += 10
+		case tcp[i+1] < 2:
+			i = doff
+		default:
+			i += int(tcp[i+1])
+		}
+	}
+
+	before, err := l.INTStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := [][]byte{
+		{253, 13, 0xCC, 0x11, 0x20, 0, 0, 0, 0, 0, 0, 0, 0},                      // echo: length not 4+8N
+		{253, 12, 0xCC, 0x11, 0xD0, 0, 0, 0, 0, 0, 0, 1},                         // echo: reserved rate code 13
+		{253, 12, 0xCC, 0x11, 0x00, 0, 0, 0, 0, 0, 0, 9},                         // echo: empty slot with bits set
+		{253, 20, 0xCC, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 1}, // forward: filled after empty
+	}
+	var fd int
+	if err := p.A.Do(func() (err error) {
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for _, opt := range bad {
+		pkt := craftSegment(p.A.Addr.As4(), p.B.Addr.As4(), uint16(local.Port), uint16(ln.Addr().(*net.TCPAddr).Port),
+			seq, ack, append(append([]byte(nil), tsopt...), opt...))
+		if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: p.B.Addr.As4()}); err != nil {
+			t.Fatalf("inject: %v", err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	after, err := l.INTStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("malformed before %d, after %d injected: %d; echo_parsed %d -> %d",
+		before.Stats["malformed"], len(bad), after.Stats["malformed"], before.Stats["echo_parsed"], after.Stats["echo_parsed"])
+	if got := after.Stats["malformed"] - before.Stats["malformed"]; got != uint64(len(bad)) {
+		t.Errorf("the receiver counted %d malformed options, want %d", got, len(bad))
+	}
+	if after.Stats["echo_parsed"] != before.Stats["echo_parsed"] {
+		t.Errorf("a malformed echo was used")
+	}
+
+	// The connection goes on.
+	conn.SetWriteDeadline(time.Now().Add(20 * time.Second))
+	for i := 0; i < 8; i++ {
+		if _, err := conn.Write(chunk); err != nil {
+			t.Fatalf("write after the injection: %v", err)
+		}
+	}
+	conn.Close()
+	if n := <-received; n != 9*int64(len(chunk)) {
+		t.Fatalf("receiver got %d bytes, want %d", n, 9*len(chunk))
+	}
+}
+
+// craftSegment builds an IPv4 packet with a data-less ACK segment.
+func craftSegment(src, dst [4]byte, sport, dport uint16, seq, ack uint32, opts []byte) []byte {
+	for len(opts)%4 != 0 {
+		opts = append(opts, 1)
+	}
+	tcpLen := 20 + len(opts)
+	pkt := make([]byte, 20+tcpLen)
+	pkt[0] = 0x45
+	binary.BigEndian.PutUint16(pkt[2:], uint16(len(pkt)))
+	pkt[8], pkt[9] = 64, 6
+	copy(pkt[12:], src[:])
+	copy(pkt[16:], dst[:])
+	binary.BigEndian.PutUint16(pkt[10:], checksum(pkt[:20], 0))
+	tcp := pkt[20:]
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], dport)
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	binary.BigEndian.PutUint32(tcp[8:], ack)
+	tcp[12] = byte(tcpLen/4) << 4
+	tcp[13] = 0x10 // ACK
+	binary.BigEndian.PutUint16(tcp[14:], 1024)
+	copy(tcp[20:], opts)
+	binary.BigEndian.PutUint16(tcp[16:], tcpChecksum(src[:], dst[:], tcp))
+	return pkt
 }

@@ -40,7 +40,8 @@ func guestPackages() []testPackage {
 			"TestSelectAndTransfer", "TestDCTCPFallsBackWithoutECN", "TestSysctlInitNetns",
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
 			"TestSelectCongControl", "TestParamLayoutMatchesBTF",
-			"TestINTEndToEnd", "TestINTScope", "TestDCTCPMatchesKernel",
+			"TestINTEndToEnd", "TestINTScope", "TestDCTCPMatchesKernel", "TestHopOnCraftedPackets",
+			"TestINTMalformedFromNetwork",
 		}, "|") + ")$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
