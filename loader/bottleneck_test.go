@@ -5,11 +5,13 @@ package loader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -20,11 +22,23 @@ const (
 
 func newDumbbell(t testing.TB, senders int) *testbed.Dumbbell {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
+	return newDumbbellWith(t, testbed.DumbbellConfig{
 		Senders: senders, BottleneckRate: bottleneckRate, BufferBytes: bottleneckBuffer,
 	})
+}
+
+// newDumbbellWith builds a dumbbell that is torn down when the test ends,
+// and skips (naming the vmtests) when the kernel lacks the qdisc cfg asks
+// for.
+func newDumbbellWith(t testing.TB, cfg testbed.DumbbellConfig) *testbed.Dumbbell {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := testbed.NewDumbbell(ctx, cfg)
+	if errors.Is(err, testbed.ErrQdiscNotSupported) {
+		t.Logf("build dumbbell: %v", err)
+		testutil.SkipKernelLacks(t, "fq_codel (an ECN-marking qdisc)")
+	}
 	if err != nil {
 		t.Fatalf("build dumbbell: %v", err)
 	}

@@ -210,27 +210,12 @@ func ceShare(r dctcpRun) float64 {
 // TestDCTCPMatchesKernel, skipping when the kernel lacks the marking qdisc.
 func newMarkingDumbbell(t *testing.T) *testbed.Dumbbell {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
+	return newDumbbellWith(t, testbed.DumbbellConfig{
 		Senders:        1,
 		BottleneckRate: dctcpRate,
 		BufferBytes:    dctcpBuffer,
 		ECNThreshold:   dctcpMarkAt,
 	})
-	if errors.Is(err, testbed.ErrQdiscNotSupported) {
-		t.Logf("build dumbbell: %v", err)
-		testutil.SkipKernelLacks(t, "fq_codel/RED (an ECN-marking qdisc)")
-	}
-	if err != nil {
-		t.Fatalf("build dumbbell: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Errorf("tear down dumbbell: %v", err)
-		}
-	})
-	return d
 }
 
 // warmUp sends one short reno flow across d and discards it. The first

@@ -182,15 +182,7 @@ func TestIncastINT(t *testing.T) {
 	// N flows; as in the paper's incast, the hosts' rate is the link's.
 	attachForTest(t, l, AttachRequest{Name: "powertcp", Params: map[string]string{"host_bw": FormatBandwidth(bottleneckRate)}})
 	attachForTest(t, l, AttachRequest{Name: "hpcc"})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	d, err := testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
-		Senders: incastFanout + 1, BottleneckRate: bottleneckRate, BufferBytes: bottleneckBuffer,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := newDumbbell(t, incastFanout+1)
 	hopForTest(t, d, 0)
 	sink := startSink(t, d.Receiver, d.Receiver.Addr)
 
