@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -68,7 +65,7 @@ down when it ends, also on Ctrl-C. Traffic stays inside the namespaces
 			if err != nil {
 				return usageError{cmd: "demo", err: fmt.Errorf("--bytes: %w", err)}
 			}
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := runContext(c, 0)
 			defer stop()
 			rows, err := a.runDemo(ctx, ccs, rateBps, uint32(bufBytes), int64(bytes), !asJSON)
 			if err != nil {

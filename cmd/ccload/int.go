@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -223,13 +219,8 @@ It prints the hop's counters every second (--json: one JSON object per line).`,
 				return fmt.Errorf("int hop: %w", err)
 			}
 			defer hop.Close()
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if duration > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, duration)
-				defer cancel()
-			}
+			ctx, cancel := runContext(c, duration)
+			defer cancel()
 			if !asJSON {
 				fmt.Fprintf(a.out, "INT hop on %s (%s), %s, buffer %d B; Ctrl-C detaches it\n", iface, hop.Method(), rate, buf)
 			}

@@ -4,11 +4,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +35,17 @@ func (a *app) loader() *loader.Loader {
 		opts = append(opts, loader.WithRegistration(loader.RegLegacy))
 	}
 	return loader.New(a.host, opts...)
+}
+
+// runContext is the context of a long-running command: it ends on Ctrl-C
+// or SIGTERM, and after d when d > 0.
+func runContext(c *cobra.Command, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+	if d <= 0 {
+		return ctx, stop
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	return ctx, func() { cancel(); stop() }
 }
 
 // printJSONLine writes v as one line of JSON, for streams.

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,14 +34,9 @@ One tracer at a time sees the records.`,
 			if asCSV && asJSON {
 				return usageError{cmd: "trace", err: fmt.Errorf("--csv and --json exclude each other")}
 			}
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if duration > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, duration)
-				defer cancel()
-			}
-			ctx, cancel := context.WithCancel(ctx)
+			ctx, stopRun := runContext(c, duration)
+			defer stopRun()
+			ctx, cancel := context.WithCancel(ctx) // --count stops early
 			defer cancel()
 			w := csv.NewWriter(a.out)
 			if asCSV {
