@@ -172,9 +172,9 @@ func newINTStatusCmd(a *app) *cobra.Command {
 
 func newINTHopCmd(a *app) *cobra.Command {
 	var (
-		iface, rate, buffer, ecn string
-		duration                 time.Duration
-		asJSON                   bool
+		iface, rate, buffer, burst, ecn string
+		duration                        time.Duration
+		asJSON                          bool
 	)
 	c := &cobra.Command{
 		Use:   "hop --iface IF --rate RATE [--buffer SIZE] [--ecn-threshold SIZE]",
@@ -185,15 +185,17 @@ detaches it). Every forward INT option that leaves through IF gets this
 hop's record: the queue length, bytes sent, a timestamp and the link rate.
 
 The queue length comes from a model of the shaper on IF: give the shaper's
-rate and buffer (e.g. the htb class and its leaf's limit). The rate must be
-one of the INT rate codes: 100mbit, 1gbit, 2.5gbit, 5gbit, 10gbit, 25gbit,
+rate, burst and buffer (the htb class's rate and burst, as
+'tc -d class show dev IF' prints them, and its leaf's limit). A burst
+smaller than the shaper's makes the model report queue that is not there.
+The rate must be one of the INT rate codes: 100mbit, 1gbit, 2.5gbit, 5gbit, 10gbit, 25gbit,
 40gbit, 50gbit, 100gbit, 200gbit, 400gbit, 800gbit.
 
 --ecn-threshold also marks CE on ECT packets that find more than that
 queued, DCTCP style.
 
 It prints the hop's counters every second (--json: one JSON object per line).`,
-		Example: `  ccload int hop --iface eth1 --rate 1gbit --buffer 1MiB
+		Example: `  ccload int hop --iface eth1 --rate 1gbit --burst 126600 --buffer 1MiB
   ccload int hop --iface eth1 --rate 10gbit --buffer 4MiB --ecn-threshold 60KB --duration 30s`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -208,13 +210,18 @@ It prints the hop's counters every second (--json: one JSON object per line).`,
 			if err != nil {
 				return usageError{cmd: "hop", err: fmt.Errorf("--buffer: %w", err)}
 			}
+			bucket, err := loader.ParseBytes(burst)
+			if err != nil {
+				return usageError{cmd: "hop", err: fmt.Errorf("--burst: %w", err)}
+			}
 			var k uint64
 			if ecn != "" {
 				if k, err = loader.ParseBytes(ecn); err != nil {
 					return usageError{cmd: "hop", err: fmt.Errorf("--ecn-threshold: %w", err)}
 				}
 			}
-			hop, err := loader.NewHop(loader.HopConfig{Iface: iface, RateBps: bps, BufferBytes: uint32(buf), ECNThreshold: uint32(k)})
+			hop, err := loader.NewHop(loader.HopConfig{Iface: iface, RateBps: bps, BufferBytes: uint32(buf),
+				BurstBytes: uint32(bucket), ECNThreshold: uint32(k)})
 			if err != nil {
 				return fmt.Errorf("int hop: %w", err)
 			}
@@ -250,6 +257,7 @@ It prints the hop's counters every second (--json: one JSON object per line).`,
 	c.Flags().StringVar(&iface, "iface", "", "the forwarding interface")
 	c.Flags().StringVar(&rate, "rate", "", "the shaper's rate on the interface (an INT rate code)")
 	c.Flags().StringVar(&buffer, "buffer", "1MiB", "the shaper's queue limit")
+	c.Flags().StringVar(&burst, "burst", "1514", "the shaper's bucket (htb/tbf burst)")
 	c.Flags().StringVar(&ecn, "ecn-threshold", "", "mark CE above this many queued bytes (off when empty)")
 	c.Flags().DurationVar(&duration, "duration", 0, "detach after this long (0: until interrupted)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
