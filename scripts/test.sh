@@ -20,9 +20,10 @@ step "packages"
 # clang-19/llvm-19/libbpf-dev: regenerate and check the BPF objects.
 # bpftool: scripts/gen-vmlinux.sh. iproute2: `tc` in the testbed tests.
 # procps: sysctl, used as a user would in the tests. util-linux: nsenter,
-# setpriv. busybox-static, cpio, qemu-system-x86, xz-utils, kmod: the
+# setpriv. tshark: an independent decoder of the INT option in the loader
+# tests. busybox-static, cpio, qemu-system-x86, xz-utils, kmod: the
 # vmtests' initramfs and guests.
-pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps util-linux
+pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps util-linux tshark
 	busybox-static cpio qemu-system-x86 xz-utils kmod)
 missing=()
 for p in "${pkgs[@]}"; do
