@@ -16,6 +16,15 @@
  *
  * Optionally it marks CE, DCTCP style, on ECT packets that find more than
  * ecn_threshold bytes queued.
+ *
+ * ACK padding (FastTune): int_hop_ack, attached to the ingress of the same
+ * interface, sees the receivers' ACKs on their way back. When an ACK carries
+ * an ECHO option for a flow this hop wrote into, it overwrites this hop's
+ * slot in the echo with the link's state as of now. The sender then learns
+ * the queue one queueing delay and one receiver turnaround sooner than from
+ * the record the data packet carried. The egress program remembers, per
+ * flow, which slot it wrote (hop_flows), because hops fill the first empty
+ * slot and the receiver echoes the slots in place.
  */
 #include "include/ccload.h"
 #include "include/int.h"
@@ -72,6 +81,7 @@ enum hop_stat {
 	HOP_STAT_FULL,		/* forward options with no empty slot left */
 	HOP_STAT_MALFORMED,	/* forward options not written: bad length or slots */
 	HOP_STAT_CE_MARKED,	/* packets marked CE */
+	HOP_STAT_ACKS_PADDED,	/* echo slots refreshed on ACKs (ACK padding) */
 	HOP_STAT_MAX,
 };
 
@@ -81,6 +91,23 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } hop_stats SEC(".maps");
+
+/* A flow in the direction its data crosses the hop: from src to dst. */
+struct hop_flow_key {
+	__u32 src[4];		/* IPv4 in src[0], the rest zero */
+	__u32 dst[4];
+	__u16 sport;		/* network byte order, as on the wire */
+	__u16 dport;
+	__u32 v6;
+};
+
+/* The slot this hop wrote for a flow, for int_hop_ack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct hop_flow_key);
+	__type(value, __u32);
+} hop_flows SEC(".maps");
 
 /* A record of the queue as one packet joins it. */
 struct hop_sample {
@@ -153,47 +180,72 @@ static __always_inline bool mark_ce(struct __sk_buff *skb, __u32 l3, bool v6)
 	}
 }
 
-/*
- * Writes word into the first empty slot of the forward option at opt
- * (offset of its kind byte); len is the option's length.
- */
-static __always_inline void write_record(struct __sk_buff *skb, __u32 opt, __u32 len,
-					 __u32 csum_off, __u64 word)
+/* The number of slots of an option of length len, or 0 if len is bad. */
+static __always_inline __u32 opt_slots(__u32 len)
 {
-	__u64 slot_be, new_be = bpf_cpu_to_be64(word);
-	__u32 i, n, off;
+	if (len < INT_OPT_LEN(1) || len > INT_OPT_LEN(INT_MAX_HOPS) || (len - INT_OPT_HDR) % INT_HOP_SIZE)
+		return 0;
+	return (len - INT_OPT_HDR) / INT_HOP_SIZE;
+}
+
+/*
+ * Replaces the 8-byte slot at off, which holds old_be, with word, and
+ * adjusts the TCP checksum at csum_off by the difference.
+ */
+static __always_inline bool store_slot(struct __sk_buff *skb, __u32 off, __u32 csum_off,
+				       __u64 old_be, __u64 word)
+{
+	__u64 new_be = bpf_cpu_to_be64(word);
 	__s64 diff;
 
-	if (len < INT_OPT_LEN(1) || (len - INT_OPT_HDR) % INT_HOP_SIZE) {
+	/* 16-bit checksum arithmetic needs an even offset. */
+	if (off & 1)
+		return false;
+	diff = bpf_csum_diff((__be32 *)&old_be, 8, (__be32 *)&new_be, 8, 0);
+	if (bpf_skb_store_bytes(skb, off, &new_be, 8, 0))
+		return false;
+	return bpf_l4_csum_replace(skb, csum_off, 0, diff, 0) == 0;
+}
+
+/*
+ * Writes word into the first empty slot of the forward option at opt
+ * (offset of its kind byte); len is the option's length. Returns the slot
+ * written, or -1.
+ */
+static __always_inline int write_record(struct __sk_buff *skb, __u32 opt, __u32 len,
+					__u32 csum_off, __u64 word)
+{
+	__u32 i, n = opt_slots(len), off;
+	__u64 slot_be;
+
+	if (!n) {
 		stat_add(&hop_stats, HOP_STAT_MALFORMED, 1);
-		return;
+		return -1;
 	}
-	n = (len - INT_OPT_HDR) / INT_HOP_SIZE;
 	for (i = 0; i < INT_MAX_HOPS; i++) {
 		if (i >= n)
 			break;
 		off = opt + INT_OPT_HDR + i * INT_HOP_SIZE;
 		if (bpf_skb_load_bytes(skb, off, &slot_be, sizeof(slot_be)))
-			return;
+			return -1;
 		if (slot_be)
 			continue;
-		/* 16-bit checksum arithmetic needs an even offset. */
-		if (off & 1) {
+		if (!store_slot(skb, off, csum_off, slot_be, word)) {
 			stat_add(&hop_stats, HOP_STAT_MALFORMED, 1);
-			return;
+			return -1;
 		}
-		diff = bpf_csum_diff((__be32 *)&slot_be, 8, (__be32 *)&new_be, 8, 0);
-		if (bpf_skb_store_bytes(skb, off, &new_be, 8, 0))
-			return;
-		bpf_l4_csum_replace(skb, csum_off, 0, diff, 0);
 		stat_add(&hop_stats, HOP_STAT_RECORDS, 1);
-		return;
+		return i;
 	}
 	stat_add(&hop_stats, HOP_STAT_FULL, 1);
+	return -1;
 }
 
-/* Finds our forward option in the TCP header at l4; returns its offset. */
-static __always_inline int find_forward(struct __sk_buff *skb, __u32 l4, __u32 doff, __u32 *len)
+/*
+ * Finds our option with ExID exid in the TCP header at l4; returns its
+ * offset and sets *len, or returns -1.
+ */
+static __always_inline int find_opt(struct __sk_buff *skb, __u32 l4, __u32 doff, __u16 exid, __u32 *len)
 {
 	__u8 opts[40];
 	__u32 optlen = doff - 20, i = 0, k;
@@ -218,8 +270,7 @@ static __always_inline int find_forward(struct __sk_buff *skb, __u32 l4, __u32 d
 		if (l < 2 || i + l > optlen)
 			return -1;
 		if (kind == INT_OPT_KIND && l >= INT_OPT_HDR && i < 37 &&
-		    opts[i + 2] == (INT_EXID_FORWARD >> 8) &&
-		    opts[i + 3] == (INT_EXID_FORWARD & 0xff)) {
+		    opts[i + 2] == (exid >> 8) && opts[i + 3] == (exid & 0xff)) {
 			*len = l;
 			return l4 + 20 + i;
 		}
@@ -228,16 +279,80 @@ static __always_inline int find_forward(struct __sk_buff *skb, __u32 l4, __u32 d
 	return -1;
 }
 
+/* Where a TCP segment's headers are. */
+struct tcp_pkt {
+	__u32 l3, l4, doff;
+	bool v6;
+};
+
+/*
+ * Parses an Ethernet frame as TCP over IPv4 or IPv6 (no extension headers,
+ * not a fragment). If key is not NULL it receives the flow as the packet
+ * travels. Returns false for anything else.
+ */
+static __always_inline bool parse_tcp(struct __sk_buff *skb, struct tcp_pkt *p, struct hop_flow_key *key)
+{
+	__u8 b[2];
+
+	p->l3 = ETH_HLEN;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 vihl, proto;
+
+		p->v6 = false;
+		if (bpf_skb_load_bytes(skb, p->l3, &vihl, 1) || bpf_skb_load_bytes(skb, p->l3 + 9, &proto, 1) ||
+		    (vihl >> 4) != 4)
+			return false;
+		p->l4 = p->l3 + (vihl & 0xf) * 4;
+		/* Only the first fragment has the TCP header; skip fragments. */
+		if (proto != IPPROTO_TCP || bpf_skb_load_bytes(skb, p->l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
+			return false;
+		if (key && (bpf_skb_load_bytes(skb, p->l3 + 12, &key->src[0], 4) ||
+			    bpf_skb_load_bytes(skb, p->l3 + 16, &key->dst[0], 4)))
+			return false;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 next;
+
+		p->v6 = true;
+		if (bpf_skb_load_bytes(skb, p->l3 + 6, &next, 1) || next != IPPROTO_TCP)
+			return false;
+		p->l4 = p->l3 + 40;
+		if (key && (bpf_skb_load_bytes(skb, p->l3 + 8, key->src, 16) ||
+			    bpf_skb_load_bytes(skb, p->l3 + 24, key->dst, 16)))
+			return false;
+	} else {
+		return false;
+	}
+	if (key) {
+		key->v6 = p->v6;
+		if (bpf_skb_load_bytes(skb, p->l4, &key->sport, 2) ||
+		    bpf_skb_load_bytes(skb, p->l4 + 2, &key->dport, 2))
+			return false;
+	}
+	if (bpf_skb_load_bytes(skb, p->l4 + 12, b, 1))
+		return false;
+	p->doff = (b[0] >> 4) * 4;
+	return p->doff >= 20;
+}
+
+/* Remembers that this hop wrote slot for the flow, if that is news. */
+static __always_inline void remember_slot(const struct hop_flow_key *key, __u32 slot)
+{
+	__u32 *old = bpf_map_lookup_elem(&hop_flows, key);
+
+	if (!old || *old != slot)
+		bpf_map_update_elem(&hop_flows, key, &slot, BPF_ANY);
+}
+
 SEC("tc")
 int int_hop(struct __sk_buff *skb)
 {
+	struct hop_flow_key key = {};
 	struct hop_config *cfg;
 	struct hop_queue *q;
 	struct hop_sample s;
-	__u32 zero = 0, l3 = ETH_HLEN, l4, doff, optlen = 0, len;
-	__u8 b[2];
-	bool v6;
-	int opt;
+	struct tcp_pkt p;
+	__u32 zero = 0, optlen = 0, len;
+	int opt, slot;
 
 	cfg = bpf_map_lookup_elem(&hop_config, &zero);
 	q = bpf_map_lookup_elem(&hop_queue, &zero);
@@ -245,30 +360,11 @@ int int_hop(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	stat_add(&hop_stats, HOP_STAT_PACKETS, 1);
 
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		__u8 vihl, proto;
-
-		v6 = false;
-		if (bpf_skb_load_bytes(skb, l3, &vihl, 1) || bpf_skb_load_bytes(skb, l3 + 9, &proto, 1) ||
-		    (vihl >> 4) != 4)
-			goto other;
-		l4 = l3 + (vihl & 0xf) * 4;
-		/* Only the first fragment has the TCP header; skip fragments. */
-		if (proto != IPPROTO_TCP || bpf_skb_load_bytes(skb, l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
-			goto other;
-	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		__u8 next;
-
-		v6 = true;
-		if (bpf_skb_load_bytes(skb, l3 + 6, &next, 1) || next != IPPROTO_TCP)
-			goto other;
-		l4 = l3 + 40;
-	} else {
-		goto other;
+	if (!parse_tcp(skb, &p, &key)) {
+		/* Not TCP over IP: it still takes its place in the queue. */
+		queue_join(q, cfg, skb->len, &s);
+		return TC_ACT_OK;
 	}
-	if (bpf_skb_load_bytes(skb, l4 + 12, b, 1))
-		goto other;
-	doff = (b[0] >> 4) * 4;
 
 	/*
 	 * The bytes the shaper counts: like qdisc_pkt_len(), a GSO packet
@@ -276,23 +372,70 @@ int int_hop(struct __sk_buff *skb)
 	 */
 	len = skb->len;
 	if (skb->gso_segs > 1)
-		len += (skb->gso_segs - 1) * (l4 + doff);
+		len += (skb->gso_segs - 1) * (p.l4 + p.doff);
 	queue_join(q, cfg, len, &s);
 
-	if (cfg->ecn_threshold && s.backlog > cfg->ecn_threshold && mark_ce(skb, l3, v6))
+	if (cfg->ecn_threshold && s.backlog > cfg->ecn_threshold && mark_ce(skb, p.l3, p.v6))
 		stat_add(&hop_stats, HOP_STAT_CE_MARKED, 1);
 
-	if (doff <= 20)
+	if (p.doff <= 20)
 		return TC_ACT_OK;
-	opt = find_forward(skb, l4, doff, &optlen);
+	opt = find_opt(skb, p.l4, p.doff, INT_EXID_FORWARD, &optlen);
 	if (opt < 0)
 		return TC_ACT_OK;
-	write_record(skb, opt, optlen, l4 + 16,
-		     int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog));
+	slot = write_record(skb, opt, optlen, p.l4 + 16,
+			    int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog));
+	if (slot >= 0)
+		remember_slot(&key, slot);
 	return TC_ACT_OK;
+}
 
-other:
-	/* Not TCP over IP: it still takes its place in the queue. */
-	queue_join(q, cfg, skb->len, &s);
+/*
+ * ACK padding: on the ingress of the hop's interface, refresh this hop's
+ * slot in the ECHO options of ACKs flowing back to senders whose data the
+ * egress program stamped.
+ */
+SEC("tc")
+int int_hop_ack(struct __sk_buff *skb)
+{
+	struct hop_flow_key ack = {}, key = {};
+	struct hop_config *cfg;
+	struct hop_queue *q;
+	struct hop_sample s;
+	struct tcp_pkt p;
+	__u32 zero = 0, optlen = 0, n, off, *slot;
+	__u64 old_be;
+	int opt;
+
+	cfg = bpf_map_lookup_elem(&hop_config, &zero);
+	q = bpf_map_lookup_elem(&hop_queue, &zero);
+	if (!cfg || !q || !cfg->rate_bps)
+		return TC_ACT_OK;
+	if (!parse_tcp(skb, &p, &ack) || p.doff <= 20)
+		return TC_ACT_OK;
+	opt = find_opt(skb, p.l4, p.doff, INT_EXID_ECHO, &optlen);
+	if (opt < 0)
+		return TC_ACT_OK;
+
+	/* The ACK's flow, turned around, is the data's. */
+	__builtin_memcpy(key.src, ack.dst, sizeof(key.src));
+	__builtin_memcpy(key.dst, ack.src, sizeof(key.dst));
+	key.sport = ack.dport;
+	key.dport = ack.sport;
+	key.v6 = ack.v6;
+	slot = bpf_map_lookup_elem(&hop_flows, &key);
+	n = opt_slots(optlen);
+	if (!slot || *slot >= n || *slot >= INT_MAX_HOPS)
+		return TC_ACT_OK;
+	off = opt + INT_OPT_HDR + *slot * INT_HOP_SIZE;
+	if (bpf_skb_load_bytes(skb, off, &old_be, sizeof(old_be)))
+		return TC_ACT_OK;
+	/* Only a slot that holds a record of this link's rate is ours. */
+	if (int_hop_rate_code(bpf_be64_to_cpu(old_be)) != cfg->rate_code)
+		return TC_ACT_OK;
+
+	queue_join(q, cfg, 0, &s);	/* drain to now; adds nothing */
+	if (store_slot(skb, off, p.l4 + 16, old_be, int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog)))
+		stat_add(&hop_stats, HOP_STAT_ACKS_PADDED, 1);
 	return TC_ACT_OK;
 }

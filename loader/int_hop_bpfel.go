@@ -16,10 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	intHopMapHopConfig = "hop_config"
-	intHopMapHopQueue  = "hop_queue"
-	intHopMapHopStats  = "hop_stats"
-	intHopProgIntHop   = "int_hop"
+	intHopMapHopConfig  = "hop_config"
+	intHopMapHopFlows   = "hop_flows"
+	intHopMapHopQueue   = "hop_queue"
+	intHopMapHopStats   = "hop_stats"
+	intHopProgIntHop    = "int_hop"
+	intHopProgIntHopAck = "int_hop_ack"
 )
 
 // loadIntHop returns the embedded CollectionSpec for intHop.
@@ -64,7 +66,8 @@ type intHopSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type intHopProgramSpecs struct {
-	IntHop *ebpf.ProgramSpec `ebpf:"int_hop"`
+	IntHop    *ebpf.ProgramSpec `ebpf:"int_hop"`
+	IntHopAck *ebpf.ProgramSpec `ebpf:"int_hop_ack"`
 }
 
 // intHopMapSpecs contains maps before they are loaded into the kernel.
@@ -72,6 +75,7 @@ type intHopProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type intHopMapSpecs struct {
 	HopConfig *ebpf.MapSpec `ebpf:"hop_config"`
+	HopFlows  *ebpf.MapSpec `ebpf:"hop_flows"`
 	HopQueue  *ebpf.MapSpec `ebpf:"hop_queue"`
 	HopStats  *ebpf.MapSpec `ebpf:"hop_stats"`
 }
@@ -103,6 +107,7 @@ func (o *intHopObjects) Close() error {
 // It can be passed to loadIntHopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type intHopMaps struct {
 	HopConfig *ebpf.Map `ebpf:"hop_config"`
+	HopFlows  *ebpf.Map `ebpf:"hop_flows"`
 	HopQueue  *ebpf.Map `ebpf:"hop_queue"`
 	HopStats  *ebpf.Map `ebpf:"hop_stats"`
 }
@@ -110,6 +115,7 @@ type intHopMaps struct {
 func (m *intHopMaps) Close() error {
 	return _IntHopClose(
 		m.HopConfig,
+		m.HopFlows,
 		m.HopQueue,
 		m.HopStats,
 	)
@@ -125,12 +131,14 @@ type intHopVariables struct {
 //
 // It can be passed to loadIntHopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type intHopPrograms struct {
-	IntHop *ebpf.Program `ebpf:"int_hop"`
+	IntHop    *ebpf.Program `ebpf:"int_hop"`
+	IntHopAck *ebpf.Program `ebpf:"int_hop_ack"`
 }
 
 func (p *intHopPrograms) Close() error {
 	return _IntHopClose(
 		p.IntHop,
+		p.IntHopAck,
 	)
 }
 
