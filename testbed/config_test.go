@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"fmt"
 	"math"
 	"net/netip"
 	"strings"
@@ -114,6 +115,10 @@ func TestAddressing(t *testing.T) {
 		{"access 249 host", accessSubnet(249), 2, "198.18.249.2/24", "fd00:18:f9::2/64"},
 		{"bottleneck router", bottleneckSubnet(), 1, "198.19.0.1/24", "fd00:19::1/64"},
 		{"bottleneck receiver", bottleneckSubnet(), 2, "198.19.0.2/24", "fd00:19::2/64"},
+		{"router link 1 upstream", routerSubnet(1), 1, "198.19.1.1/24", "fd00:19:1::1/64"},
+		{"router link 1 downstream", routerSubnet(1), 2, "198.19.1.2/24", "fd00:19:1::2/64"},
+		{"cross 0 host", crossSubnet(0), 2, "198.19.16.2/24", "fd00:19:10::2/64"},
+		{"cross 239 host", crossSubnet(maxCrossSenders - 1), 2, "198.19.255.2/24", "fd00:19:ff::2/64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,5 +130,43 @@ func TestAddressing(t *testing.T) {
 				t.Errorf("%s, %s outside 198.18.0.0/15 or fd00::/8", got4, got6)
 			}
 		})
+	}
+}
+
+// TestAddressPlanDisjoint checks that no two links of the plan share a
+// subnet, that they all lie in the permitted ranges, and that the route
+// toward the senders covers exactly the access links.
+func TestAddressPlanDisjoint(t *testing.T) {
+	v4 := netip.MustParsePrefix("198.18.0.0/15")
+	v6 := netip.MustParsePrefix("fd00::/8")
+	all := map[string]subnet{"last hop": bottleneckSubnet()}
+	for i := range maxSenders {
+		all[fmt.Sprintf("access %d", i)] = accessSubnet(i)
+	}
+	for k := 1; k < firstCrossNet; k++ {
+		all[fmt.Sprintf("router link %d", k)] = routerSubnet(k)
+	}
+	for j := range maxCrossSenders {
+		all[fmt.Sprintf("cross %d", j)] = crossSubnet(j)
+	}
+	seen4 := map[netip.Prefix]string{}
+	seen6 := map[netip.Prefix]string{}
+	senders := allAccessSubnets()
+	for name, s := range all {
+		if !v4.Contains(s.v4.Addr()) || !v6.Contains(s.v6.Addr()) {
+			t.Errorf("%s: %s, %s outside the permitted ranges", name, s.v4, s.v6)
+		}
+		if other, ok := seen4[s.v4]; ok {
+			t.Errorf("%s and %s share %s", name, other, s.v4)
+		}
+		if other, ok := seen6[s.v6]; ok {
+			t.Errorf("%s and %s share %s", name, other, s.v6)
+		}
+		seen4[s.v4], seen6[s.v6] = name, name
+		isAccess := strings.HasPrefix(name, "access")
+		if senders.v4.Contains(s.v4.Addr()) != isAccess || senders.v6.Contains(s.v6.Addr()) != isAccess {
+			t.Errorf("%s (%s, %s): inside the senders' route %s, %s: %v, want %v",
+				name, s.v4, s.v6, senders.v4, senders.v6, !isAccess, isAccess)
+		}
 	}
 }

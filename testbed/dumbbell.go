@@ -58,6 +58,9 @@ type DumbbellConfig struct {
 	ECNThreshold time.Duration
 	// Prefix is prepended to the netns names; "" means DefaultPrefix.
 	Prefix string
+	// SenderEgress, when set, attaches an egress shim to every sender's
+	// uplink interface once the dumbbell is built; see EgressFunc.
+	SenderEgress EgressFunc
 }
 
 func (c DumbbellConfig) withDefaults() DumbbellConfig {
@@ -70,35 +73,23 @@ func (c DumbbellConfig) withDefaults() DumbbellConfig {
 	return c
 }
 
+// bottleneck returns the bottleneck's settings.
+func (c DumbbellConfig) bottleneck() BottleneckConfig {
+	return BottleneckConfig{Rate: c.BottleneckRate, BufferBytes: c.BufferBytes, ECNThreshold: c.ECNThreshold}
+}
+
 func (c DumbbellConfig) validate() error {
 	if c.Senders < 1 || c.Senders > maxSenders {
 		return fmt.Errorf("senders must be between 1 and %d, got %d", maxSenders, c.Senders)
 	}
-	if c.BottleneckRate != 0 && c.BottleneckRate < minBottleneckRate {
-		return fmt.Errorf("bottleneck rate must be 0 or at least %d bit/s, got %d", minBottleneckRate, c.BottleneckRate)
-	}
-	if c.BufferBytes < minBufferBytes {
-		return fmt.Errorf("buffer must be at least %d bytes, got %d", minBufferBytes, c.BufferBytes)
-	}
-	if c.ECNThreshold != 0 {
-		if c.BottleneckRate == 0 {
-			return fmt.Errorf("ecn threshold %v needs a bottleneck rate", c.ECNThreshold)
-		}
-		if c.ECNThreshold < minECNThreshold || c.ECNThreshold > maxECNThreshold {
-			return fmt.Errorf("ecn threshold must be 0 or between %v and %v, got %v", minECNThreshold, maxECNThreshold, c.ECNThreshold)
-		}
-	}
-	return nil
+	return c.bottleneck().validate()
 }
 
 // ECNThresholdBytes is the marking threshold K in bytes that ECNThreshold
 // amounts to at BottleneckRate: ECNThreshold·BottleneckRate/8. It is 0
 // when either is 0.
 func (c DumbbellConfig) ECNThresholdBytes() uint64 {
-	if c.ECNThreshold <= 0 || c.BottleneckRate == 0 {
-		return 0
-	}
-	return uint64(c.ECNThreshold.Seconds() * float64(c.BottleneckRate) / 8)
+	return c.bottleneck().ECNThresholdBytes()
 }
 
 // Dumbbell is senders[i] --veth-- router --veth-- receiver.
@@ -119,6 +110,9 @@ func (c DumbbellConfig) ECNThresholdBytes() uint64 {
 type Dumbbell struct {
 	// Senders are the hosts on the left of the bottleneck.
 	Senders []*Host
+	// SenderIfaces[i] is sender i's uplink interface toward the router,
+	// inside Senders[i]'s netns.
+	SenderIfaces []string
 	// Router forwards between the senders and the receiver.
 	Router *Host
 	// Receiver is the host behind the bottleneck.
@@ -126,14 +120,17 @@ type Dumbbell struct {
 	// BottleneckIface is the name of the bottleneck interface inside the
 	// Router's netns.
 	BottleneckIface string
+	// Bottlenecks holds the one bottleneck (on Router, BottleneckIface), in
+	// the form a Chain has, so that code can treat both alike.
+	Bottlenecks []Bottleneck
 	// Config is the configuration in effect, with defaults filled in.
 	Config DumbbellConfig
 
 	topo topology
 }
 
-// NewDumbbell builds a Dumbbell. On error everything created so far has been
-// removed.
+// NewDumbbell builds a Dumbbell. On error, and on a panic in
+// cfg.SenderEgress, everything created so far has been removed.
 func NewDumbbell(ctx context.Context, cfg DumbbellConfig) (_ *Dumbbell, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -145,119 +142,64 @@ func NewDumbbell(ctx context.Context, cfg DumbbellConfig) (_ *Dumbbell, err erro
 	}
 
 	d := &Dumbbell{Config: cfg}
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			err = errors.Join(err, d.topo.close())
 		}
 	}()
 
-	if err := d.buildHosts(ctx, nm); err != nil {
+	if d.Router, err = d.topo.addRouter(ctx, nm.netns("rtr")); err != nil {
+		return nil, err
+	}
+	if d.Receiver, err = d.topo.addHost(ctx, nm.netns("rcv")); err != nil {
+		return nil, err
+	}
+	if d.Senders, err = addHosts(ctx, &d.topo, nm, "snd", cfg.Senders); err != nil {
 		return nil, err
 	}
 	for i, s := range d.Senders {
-		if err := d.linkSender(ctx, nm, i, s); err != nil {
+		_, ifS, err := d.topo.attachLeaf(ctx, nm, d.Router, fmt.Sprintf("r%d", i), s, fmt.Sprintf("s%d", i), accessSubnet(i))
+		if err != nil {
+			return nil, err
+		}
+		d.SenderIfaces = append(d.SenderIfaces, ifS)
+	}
+	if d.BottleneckIface, _, err = d.topo.attachLeaf(ctx, nm, d.Router, "btl", d.Receiver, "rcv", bottleneckSubnet()); err != nil {
+		return nil, err
+	}
+	r4, r6 := bottleneckSubnet().host(1)
+	d.Router.Addr, d.Router.Addr6 = r4.Addr(), r6.Addr()
+
+	b, err := installBottleneckOn(ctx, d.Router, d.BottleneckIface, cfg.bottleneck())
+	if err != nil {
+		return nil, err
+	}
+	d.Bottlenecks = []Bottleneck{b}
+	for i, s := range d.Senders {
+		if err := d.topo.attachEgress(ctx, cfg.SenderEgress, s, d.SenderIfaces[i]); err != nil {
 			return nil, err
 		}
 	}
-	if err := d.linkReceiver(ctx, nm); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("install bottleneck qdisc: %w", err)
-	}
-	spec := bottleneckSpec{rateBits: cfg.BottleneckRate, limit: cfg.BufferBytes, ecnThreshold: cfg.ECNThreshold}
-	if err := installBottleneck(d.Router, d.BottleneckIface, spec); err != nil {
-		return nil, err
-	}
+	built = true
 	return d, nil
 }
 
-// buildHosts creates all namespaces and enables forwarding on the router.
-func (d *Dumbbell) buildHosts(ctx context.Context, nm namer) (err error) {
-	if d.Router, err = d.topo.addHost(ctx, nm.netns("rtr")); err != nil {
-		return err
-	}
-	err = d.Router.setSysctls(
-		sysctl{"net/ipv4/ip_forward", "1"},
-		sysctl{"net/ipv6/conf/all/forwarding", "1"},
-	)
-	if err != nil {
-		return err
-	}
-	if d.Receiver, err = d.topo.addHost(ctx, nm.netns("rcv")); err != nil {
-		return err
-	}
-	for i := range d.Config.Senders {
-		s, err := d.topo.addHost(ctx, nm.netns(fmt.Sprintf("snd%d", i)))
+// addHosts creates n hosts named role0 .. role(n-1).
+func addHosts(ctx context.Context, t *topology, nm namer, role string, n int) ([]*Host, error) {
+	hosts := make([]*Host, 0, n)
+	for i := range n {
+		h, err := t.addHost(ctx, nm.netns(fmt.Sprintf("%s%d", role, i)))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		d.Senders = append(d.Senders, s)
+		hosts = append(hosts, h)
 	}
-	return nil
+	return hosts, nil
 }
 
-// linkSender connects sender i to the router over access link i.
-func (d *Dumbbell) linkSender(ctx context.Context, nm namer, i int, s *Host) error {
-	ifS, err := nm.iface(fmt.Sprintf("s%d", i))
-	if err != nil {
-		return err
-	}
-	ifR, err := nm.iface(fmt.Sprintf("r%d", i))
-	if err != nil {
-		return err
-	}
-	if err := d.topo.addVeth(ctx, s, ifS, d.Router, ifR); err != nil {
-		return err
-	}
-
-	r4, r6 := accessSubnet(i).host(1)
-	s4, s6 := accessSubnet(i).host(2)
-	if err := d.Router.addAddrs(ctx, ifR, r4, r6); err != nil {
-		return err
-	}
-	if err := s.addAddrs(ctx, ifS, s4, s6); err != nil {
-		return err
-	}
-	if err := s.addDefaultRoutes(ctx, ifS, r4.Addr(), r6.Addr()); err != nil {
-		return err
-	}
-	s.Addr, s.Addr6 = s4.Addr(), s6.Addr()
-	return nil
-}
-
-// linkReceiver connects the router to the receiver over the bottleneck link.
-func (d *Dumbbell) linkReceiver(ctx context.Context, nm namer) error {
-	ifB, err := nm.iface("btl")
-	if err != nil {
-		return err
-	}
-	ifRcv, err := nm.iface("rcv")
-	if err != nil {
-		return err
-	}
-	if err := d.topo.addVeth(ctx, d.Router, ifB, d.Receiver, ifRcv); err != nil {
-		return err
-	}
-	d.BottleneckIface = ifB
-
-	r4, r6 := bottleneckSubnet().host(1)
-	c4, c6 := bottleneckSubnet().host(2)
-	if err := d.Router.addAddrs(ctx, ifB, r4, r6); err != nil {
-		return err
-	}
-	if err := d.Receiver.addAddrs(ctx, ifRcv, c4, c6); err != nil {
-		return err
-	}
-	if err := d.Receiver.addDefaultRoutes(ctx, ifRcv, r4.Addr(), r6.Addr()); err != nil {
-		return err
-	}
-	d.Router.Addr, d.Router.Addr6 = r4.Addr(), r6.Addr()
-	d.Receiver.Addr, d.Receiver.Addr6 = c4.Addr(), c6.Addr()
-	return nil
-}
-
-// Close deletes every link and netns the Dumbbell created. It is idempotent.
+// Close closes the egress shims' closers and deletes every link and netns
+// the Dumbbell created. It is idempotent.
 //
 // Sockets still open in the namespaces (for example an open Sink) and
 // running SampleQueue calls keep the kernel namespace alive, though unnamed,

@@ -3,8 +3,10 @@ package testbed
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,6 +157,8 @@ func TestDumbbellInvalidConfig(t *testing.T) {
 // turn and checks that nothing is left behind each time.
 func TestPartialConstructionCleanup(t *testing.T) {
 	requireRoot(t)
+	// Every shim attached is closed again, whenever construction fails.
+	shims := &countingShim{}
 
 	tests := []struct {
 		name  string
@@ -168,11 +172,19 @@ func TestPartialConstructionCleanup(t *testing.T) {
 			return p.Close, nil
 		}},
 		{"dumbbell", func(ctx context.Context, prefix string) (func() error, error) {
-			d, err := NewDumbbell(ctx, DumbbellConfig{Senders: 2, BottleneckRate: 1e8, Prefix: prefix})
+			d, err := NewDumbbell(ctx, DumbbellConfig{Senders: 2, BottleneckRate: 1e8, Prefix: prefix, SenderEgress: shims.attach})
 			if err != nil {
 				return nil, err
 			}
 			return d.Close, nil
+		}},
+		{"chain", func(ctx context.Context, prefix string) (func() error, error) {
+			c, err := NewChain(ctx, ChainConfig{Senders: 2, CrossSenders: 1, Hop1: BottleneckConfig{Rate: 1e8},
+				Hop2: BottleneckConfig{Rate: 5e7}, Prefix: prefix, SenderEgress: shims.attach, CrossEgress: shims.attach})
+			if err != nil {
+				return nil, err
+			}
+			return c.Close, nil
 		}},
 	}
 	baseline := initVeths(t)
@@ -195,6 +207,9 @@ func TestPartialConstructionCleanup(t *testing.T) {
 					t.Fatalf("failure after %d steps: %v, want context.Canceled", steps, err)
 				}
 				failures++
+				if open, closed := shims.counts(); open != closed {
+					t.Fatalf("failure after %d steps: %d egress shims attached, %d closed", steps, open, closed)
+				}
 				if left := netnsWithPrefix(t, prefix); len(left) > 0 {
 					t.Fatalf("failure after %d steps (%v) left netns %v", steps, err, left)
 				}
@@ -412,3 +427,27 @@ func TestDumbbellECNMarking(t *testing.T) {
 
 // tcpiOptECN is TCPI_OPT_ECN from linux/tcp.h: ECN was negotiated.
 const tcpiOptECN = 0x08
+
+// countingShim is an egress shim that only counts attachments and closes.
+type countingShim struct {
+	mu           sync.Mutex
+	open, closed int
+}
+
+func (s *countingShim) attach(context.Context, *Host, string) (io.Closer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open++
+	return closerFunc(func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.closed++
+		return nil
+	}), nil
+}
+
+func (s *countingShim) counts() (open, closed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open, s.closed
+}

@@ -7,23 +7,67 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// maxFlowSamples caps FlowResult.Samples.
+const maxFlowSamples = 1 << 16
+
 // FlowConfig describes one bulk TCP flow.
 type FlowConfig struct {
 	// CC is the congestion control set with setsockopt(TCP_CONGESTION)
 	// before connect; "" keeps the netns default.
 	CC string
-	// Bytes is the number of payload bytes, excluding the header.
+	// Bytes is the number of payload bytes, excluding the header. It must
+	// be 0 when For is set.
 	Bytes int64
+	// For, when positive, makes the flow time-bounded instead: it sends
+	// pattern bytes until For has passed since the start of connect, then
+	// shuts down its write side and waits for the sink as a Bytes flow
+	// does. The header declares no length, and the sink verifies the
+	// pattern up to EOF (SinkResult.Unbounded). For must be less than
+	// Timeout, which must also cover connect and the final drain.
+	//
+	// For ends the writing, not the delivery: what the socket's send
+	// buffer holds at that moment (up to a few MB with the default
+	// tcp_wmem) still drains afterwards, and Duration includes that. At
+	// 1 Gbit/s this adds milliseconds; at 20 Mbit/s it added 0.6 s here.
+	For time.Duration
 	// Seed selects the payload pattern.
 	Seed uint64
 	// Timeout is the overall deadline of the flow and must be positive.
 	Timeout time.Duration
+	// SampleEvery, when positive, polls TCP_INFO of the sending socket at
+	// this interval from connect until the sink's EOF, into
+	// FlowResult.Samples. Intervals below a millisecond work (the poller
+	// sleeps on a dedicated OS thread), at the cost of a busier core.
+	SampleEvery time.Duration
+}
+
+func (c FlowConfig) validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("timeout must be positive, got %v", c.Timeout)
+	}
+	if c.Bytes < 0 {
+		return fmt.Errorf("negative byte count %d", c.Bytes)
+	}
+	if c.For < 0 {
+		return fmt.Errorf("negative duration For %v", c.For)
+	}
+	if c.For > 0 && c.Bytes != 0 {
+		return fmt.Errorf("set either Bytes (%d) or For (%v), not both", c.Bytes, c.For)
+	}
+	if c.For > 0 && c.For >= c.Timeout {
+		return fmt.Errorf("timeout %v must exceed For %v, leaving time to connect and drain", c.Timeout, c.For)
+	}
+	if c.SampleEvery < 0 {
+		return fmt.Errorf("negative sample interval %v", c.SampleEvery)
+	}
+	return nil
 }
 
 // FlowResult is what the sender observed.
@@ -40,23 +84,53 @@ type FlowResult struct {
 	Info *unix.TCPInfo
 	// Throughput is the payload goodput in bits/s: 8*Bytes/Duration.
 	Throughput float64
+	// Samples are the TCP_INFO readings taken every FlowConfig.SampleEvery,
+	// at most 1<<16, ending with one taken from Info; nil when sampling is
+	// off.
+	Samples []FlowSample
+}
+
+// FlowSample is one TCP_INFO reading of a flow's sending socket.
+type FlowSample struct {
+	// At is the time since the start of connect.
+	At time.Duration
+	// BytesAcked is tcpi_bytes_acked: the bytes the receiver has
+	// acknowledged so far. It counts the 16-byte header (and, at the end,
+	// the FIN) as well as the payload.
+	BytesAcked uint64
+	// Cwnd is the congestion window in segments (tcpi_snd_cwnd).
+	Cwnd uint32
+	// RTT is the smoothed RTT (tcpi_rtt, microsecond resolution).
+	RTT time.Duration
+	// DeliveryRate is the kernel's most recent delivery rate estimate in
+	// bytes/s (tcpi_delivery_rate).
+	DeliveryRate uint64
+}
+
+// flowSample converts a TCP_INFO snapshot taken at.
+func flowSample(at time.Duration, info *unix.TCPInfo) FlowSample {
+	return FlowSample{
+		At:           at,
+		BytesAcked:   info.Bytes_acked,
+		Cwnd:         info.Snd_cwnd,
+		RTT:          time.Duration(info.Rtt) * time.Microsecond,
+		DeliveryRate: info.Delivery_rate,
+	}
 }
 
 // SendFlow dials dst from host with cfg.CC and sends the header followed by
-// cfg.Bytes of Pattern(cfg.Seed, ...). The socket is created inside host's
-// netns. It then shuts down its write side and waits for the sink to close
-// the connection, so that Duration covers delivery.
+// cfg.Bytes of Pattern(cfg.Seed, ...), or, with cfg.For, by pattern bytes
+// for that long. The socket is created inside host's netns. It then shuts
+// down its write side and waits for the sink to close the connection, so
+// that Duration covers delivery.
 //
 // If the kernel does not know cfg.CC, the returned error names it. The CC
 // the socket ran at the end is in FlowResult.CC; it may differ from cfg.CC
 // when the CC hands the socket to another one (DCTCP without ECN falls
 // back to reno), so callers compare it themselves.
 func SendFlow(ctx context.Context, host *Host, dst netip.AddrPort, cfg FlowConfig) (res FlowResult, err error) {
-	if cfg.Timeout <= 0 {
-		return res, fmt.Errorf("send flow to %s: timeout must be positive, got %v", dst, cfg.Timeout)
-	}
-	if cfg.Bytes < 0 {
-		return res, fmt.Errorf("send flow to %s: negative byte count %d", dst, cfg.Bytes)
+	if err := cfg.validate(); err != nil {
+		return res, fmt.Errorf("send flow to %s: %w", dst, err)
 	}
 	if !dst.IsValid() {
 		return res, fmt.Errorf("send flow from netns %s: invalid destination %v", host.Name, dst)
@@ -75,18 +149,39 @@ func SendFlow(ctx context.Context, host *Host, dst netip.AddrPort, cfg FlowConfi
 			err = fmt.Errorf("close flow to %s: %w", dst, cerr)
 		}
 	}()
-	// A deadline in the past aborts blocked I/O as soon as ctx ends.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return res, fmt.Errorf("flow to %s: %w", dst, err)
 	}
-	if err := writeFlow(conn, cfg); err != nil {
+	stopSampling := func() []FlowSample { return nil }
+	if cfg.SampleEvery > 0 {
+		// One place is kept for the final snapshot.
+		stopSampling = startFlowSampler(ctx, raw, start, cfg.SampleEvery, maxFlowSamples-1)
+		// Deferred after conn.Close, so it runs first: the poller is done
+		// with the socket before it is closed. When the flow got to its
+		// end, the poller was stopped there and this adds nothing.
+		defer func() { res.Samples = append(res.Samples, stopSampling()...) }()
+	}
+
+	end := start.Add(cfg.For)
+	if cfg.For > 0 {
+		// Armed before the AfterFunc below, which must win if ctx ends.
+		if err := startTimedFlow(conn, cfg.Seed, end); err != nil {
+			return res, fmt.Errorf("send flow to %s: %w", dst, err)
+		}
+	}
+	// A deadline in the past aborts blocked I/O as soon as ctx ends.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	if cfg.For > 0 {
+		res.Bytes, err = writeTimedFlow(ctx, conn, cfg.Seed, end)
+	} else {
+		res.Bytes, err = cfg.Bytes, writeFlow(conn, cfg)
+	}
+	if err != nil {
 		return res, fmt.Errorf("send flow to %s: %w", dst, errors.Join(err, ctx.Err()))
 	}
-	res.Bytes = cfg.Bytes
 	if err := conn.CloseWrite(); err != nil {
 		return res, fmt.Errorf("shut down write side of flow to %s: %w", dst, err)
 	}
@@ -98,6 +193,8 @@ func SendFlow(ctx context.Context, host *Host, dst netip.AddrPort, cfg FlowConfi
 	if s := res.Duration.Seconds(); s > 0 {
 		res.Throughput = 8 * float64(res.Bytes) / s
 	}
+	// Stopped before the final snapshot, so that the samples stay in order.
+	res.Samples = stopSampling()
 
 	if err := controlErr(raw, func(fd int) error {
 		var err error
@@ -111,7 +208,45 @@ func SendFlow(ctx context.Context, host *Host, dst netip.AddrPort, cfg FlowConfi
 	}); err != nil {
 		return res, fmt.Errorf("flow to %s before close: %w", dst, err)
 	}
+	if cfg.SampleEvery > 0 {
+		res.Samples = append(res.Samples, flowSample(time.Since(start), res.Info))
+	}
 	return res, nil
+}
+
+// startFlowSampler polls TCP_INFO of the socket every interval, on a grid
+// counted from start, until ctx is done, the returned stop is called, or
+// max readings were taken. stop waits for the poller and returns its
+// samples; later calls of stop return nil.
+func startFlowSampler(ctx context.Context, raw syscall.RawConn, start time.Time, interval time.Duration, max int) (stop func() []FlowSample) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan []FlowSample, 1)
+	stopped := false
+	go func() {
+		samples := make([]FlowSample, 0, min(max, 1024))
+		defer func() { out <- samples }()
+		pollOnGrid(ctx, start, interval, max, func() bool {
+			var info *unix.TCPInfo
+			err := controlErr(raw, func(fd int) error {
+				var err error
+				info, err = unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+				return err
+			})
+			if err != nil {
+				return false
+			}
+			samples = append(samples, flowSample(time.Since(start), info))
+			return true
+		})
+	}()
+	return func() []FlowSample {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-out
+	}
 }
 
 // dialCC connects to dst from inside host's netns, setting congestion
@@ -150,7 +285,8 @@ func dialCC(ctx context.Context, host *Host, dst netip.AddrPort, cc string) (*ne
 	return conn.(*net.TCPConn), nil
 }
 
-// writeFlow writes the header and the payload pattern.
+// writeFlow writes the header and the payload pattern of a flow of
+// cfg.Bytes.
 func writeFlow(w io.Writer, cfg FlowConfig) error {
 	buf := make([]byte, chunkSize)
 	putHeader(buf, cfg.Seed, cfg.Bytes)
@@ -168,6 +304,45 @@ func writeFlow(w io.Writer, cfg FlowConfig) error {
 		if sent == cfg.Bytes {
 			return nil
 		}
+	}
+}
+
+// startTimedFlow writes the header of a time-bounded flow and arms the
+// write deadline at which its payload ends. The header goes out on its
+// own, before the deadline is armed, so that it is complete however early
+// the deadline is: 16 bytes always fit into a fresh socket's send buffer.
+func startTimedFlow(conn *net.TCPConn, seed uint64, end time.Time) error {
+	var hdr [headerLen]byte
+	putHeader(hdr[:], seed, unknownLength)
+	if _, err := conn.Write(hdr[:]); err != nil {
+		return fmt.Errorf("write header: %w", err)
+	}
+	if err := conn.SetWriteDeadline(end); err != nil {
+		return fmt.Errorf("set end of time-bounded flow: %w", err)
+	}
+	return nil
+}
+
+// writeTimedFlow writes the payload pattern until the write deadline armed
+// by startTimedFlow (end) expires, and returns the number of payload bytes
+// written. A deadline that expires inside a Write leaves a partial write,
+// which the count includes, so the stream stays a prefix of the pattern.
+func writeTimedFlow(ctx context.Context, conn *net.TCPConn, seed uint64, end time.Time) (int64, error) {
+	buf := make([]byte, chunkSize)
+	// Every Write checks the deadline before it starts and while it
+	// blocks, so the loop ends once end has passed: it is bounded in time
+	// by For.
+	for sent := int64(0); ; {
+		Pattern(seed, sent, buf)
+		n, err := conn.Write(buf)
+		sent += int64(n)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !time.Now().Before(end) {
+			return sent, nil
+		}
+		return sent, fmt.Errorf("write at payload offset %d: %w", sent, err)
 	}
 }
 

@@ -237,3 +237,22 @@ func (c *countdownCtx) Err() error {
 	c.left--
 	return nil
 }
+
+// newTestChain builds a Chain that is closed when the test ends.
+func newTestChain(tb testing.TB, cfg ChainConfig) *Chain {
+	tb.Helper()
+	requireRoot(tb)
+	if cfg.Prefix == "" {
+		cfg.Prefix = testPrefix("chain")
+	}
+	c, err := NewChain(testContext(tb), cfg)
+	if err != nil {
+		tb.Fatalf("NewChain(%+v): %v", cfg, err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			tb.Errorf("close chain: %v", err)
+		}
+	})
+	return c
+}

@@ -26,8 +26,9 @@ func NewPair(ctx context.Context, prefix string) (_ *Pair, err error) {
 	}
 
 	p := &Pair{}
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			err = errors.Join(err, p.topo.close())
 		}
 	}()
@@ -38,30 +39,15 @@ func NewPair(ctx context.Context, prefix string) (_ *Pair, err error) {
 	if p.B, err = p.topo.addHost(ctx, nm.netns("b")); err != nil {
 		return nil, err
 	}
-
-	ifA, err := nm.iface("a")
-	if err != nil {
-		return nil, err
-	}
-	ifB, err := nm.iface("b")
-	if err != nil {
-		return nil, err
-	}
-	if err := p.topo.addVeth(ctx, p.A, ifA, p.B, ifB); err != nil {
-		return nil, err
-	}
-
 	sub := accessSubnet(0)
+	if _, _, err := p.topo.link(ctx, nm, p.A, "a", p.B, "b", sub); err != nil {
+		return nil, err
+	}
 	a4, a6 := sub.host(1)
 	b4, b6 := sub.host(2)
-	if err := p.A.addAddrs(ctx, ifA, a4, a6); err != nil {
-		return nil, err
-	}
-	if err := p.B.addAddrs(ctx, ifB, b4, b6); err != nil {
-		return nil, err
-	}
 	p.A.Addr, p.A.Addr6 = a4.Addr(), a6.Addr()
 	p.B.Addr, p.B.Addr6 = b4.Addr(), b6.Addr()
+	built = true
 	return p, nil
 }
 

@@ -153,6 +153,10 @@ func TestSendFlowInvalidConfig(t *testing.T) {
 		{"no timeout", dst, FlowConfig{Bytes: 1}},
 		{"negative bytes", dst, FlowConfig{Bytes: -1, Timeout: time.Second}},
 		{"invalid destination", netip.AddrPort{}, FlowConfig{Bytes: 1, Timeout: time.Second}},
+		{"bytes and for", dst, FlowConfig{Bytes: 1, For: time.Millisecond, Timeout: time.Second}},
+		{"negative for", dst, FlowConfig{For: -time.Millisecond, Timeout: time.Second}},
+		{"for not below timeout", dst, FlowConfig{For: time.Second, Timeout: time.Second}},
+		{"negative sample interval", dst, FlowConfig{Bytes: 1, SampleEvery: -time.Millisecond, Timeout: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,10 +46,18 @@ const maxPreallocSamples = 1 << 16
 // drops include those of its bfifo leaf.
 //
 // The readings come from an rtnetlink socket opened once inside the netns;
-// no tc process is run per sample. One reading costs about 20µs of CPU, so
-// at a 100µs interval the sampler keeps a fifth of a core busy. Sampling
-// runs on a dedicated OS thread that sleeps with nanosleep(2), because Go
-// timers cannot wait for less than a millisecond in an idle process.
+// no tc process is run per sample. Each reading is one RTM_GETQDISC request
+// for the root qdisc alone, into reused buffers: about 4µs and no
+// allocation, so a 100µs interval keeps only a small part of a core busy.
+// The kernel also announces every reading to RTNLGRP_TC listeners in the
+// netns (such as `tc monitor`). Sampling runs on a dedicated OS thread that
+// sleeps with nanosleep(2), because Go timers cannot wait for less than a
+// millisecond in an idle process.
+//
+// On this project's 2-core machines, at a 100µs interval under a 1 Gbit/s
+// cubic flow through the bottleneck, the median gap between consecutive
+// samples is 100µs and the 99th percentile 150–190µs
+// (TestSampleQueueResolution).
 func SampleQueue(ctx context.Context, host *Host, iface string, interval time.Duration, maxSamples int) (<-chan []QueueSample, error) {
 	if interval <= 0 {
 		return nil, fmt.Errorf("sample queue on %s: interval must be positive, got %v", iface, interval)
@@ -77,41 +85,48 @@ func SampleQueue(ctx context.Context, host *Host, iface string, interval time.Du
 }
 
 // sample reads the root qdisc until ctx is done or max samples were taken.
-// Samples are scheduled on a fixed grid of interval; slots missed because a
-// read took too long are skipped, not made up.
 //
-// It must run on its own goroutine: it locks the OS thread and never
-// unlocks it, so the runtime discards the thread, with its lowered timer
-// slack, when the goroutine exits.
+// It must run on its own goroutine (see pollOnGrid).
 func (r *qdiscReader) sample(ctx context.Context, interval time.Duration, max int) []QueueSample {
-	runtime.LockOSThread()
-	// Best effort: without it sleeps overshoot by the default 50µs slack.
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-
 	samples := make([]QueueSample, 0, min(max, maxPreallocSamples))
 	start := time.Now()
-	for slot := time.Duration(0); len(samples) < max; {
+	pollOnGrid(ctx, start, interval, max, func() bool {
 		q, err := r.root()
 		if err != nil {
-			return samples
+			return false
 		}
-		now := time.Since(start)
 		samples = append(samples, QueueSample{
-			At:           now,
+			At:           time.Since(start),
 			BacklogBytes: q.Backlog,
 			BacklogPkts:  q.Qlen,
 			Drops:        q.Drops,
 			SentBytes:    q.Bytes,
 		})
-		if len(samples) == max {
-			break
-		}
-		slot = (now/interval + 1) * interval
+		return true
+	})
+	return samples
+}
+
+// pollOnGrid calls read at once and then in every later slot of a grid of
+// interval counted from start, until ctx is done, read returns false or
+// read was called max times. A slot missed because read took too long is
+// skipped, not made up.
+//
+// It must run on its own goroutine: it locks the OS thread and never
+// unlocks it, so the runtime discards the thread, with its lowered timer
+// slack, when the goroutine exits.
+func pollOnGrid(ctx context.Context, start time.Time, interval time.Duration, max int, read func() bool) {
+	runtime.LockOSThread()
+	// Best effort: without it sleeps overshoot by the default 50µs slack.
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+
+	for n := 1; read() && n < max; n++ {
+		now := time.Since(start)
+		slot := (now/interval + 1) * interval
 		if !sleepUntil(ctx, start.Add(slot)) {
-			break
+			return
 		}
 	}
-	return samples
 }
 
 // maxSleepChunk bounds one sleep so that a done ctx is noticed quickly.
@@ -158,7 +173,8 @@ type qdiscStat struct {
 type qdiscReader struct {
 	nl    *netlink.Handle
 	link  netlink.Link
-	where string // "IFACE in netns NAME", for errors
+	raw   *rootStatReader // reads the root alone, without allocating
+	where string          // "IFACE in netns NAME", for errors
 }
 
 func newQdiscReader(h *Host, iface string) (*qdiscReader, error) {
@@ -178,7 +194,12 @@ func newQdiscReader(h *Host, iface string) (*qdiscReader, error) {
 		nl.Close()
 		return nil, fmt.Errorf("find %s: %w", where, err)
 	}
-	return &qdiscReader{nl: nl, link: link, where: where}, nil
+	raw, err := newRootStatReader(h, link.Attrs().Index, where)
+	if err != nil {
+		nl.Close()
+		return nil, err
+	}
+	return &qdiscReader{nl: nl, link: link, raw: raw, where: where}, nil
 }
 
 // list returns all qdiscs of the interface.
@@ -212,20 +233,20 @@ func (r *qdiscReader) list() ([]qdiscStat, error) {
 // errNoRootQdisc is returned when an interface reports no root qdisc.
 var errNoRootQdisc = errors.New("no root qdisc")
 
-// root returns the root qdisc of the interface.
+// root returns the root qdisc of the interface, asking the kernel for it
+// alone.
 func (r *qdiscReader) root() (qdiscStat, error) {
-	stats, err := r.list()
-	if err != nil {
+	var st qdiscStat
+	if err := r.raw.read(&st); err != nil {
 		return qdiscStat{}, err
 	}
-	for _, s := range stats {
-		if s.Parent == netlink.HANDLE_ROOT {
-			return s, nil
-		}
+	if st.Parent != netlink.HANDLE_ROOT {
+		return qdiscStat{}, fmt.Errorf("read %s: %w (the reply is qdisc %#x under %#x)", r.where, errNoRootQdisc, st.Handle, st.Parent)
 	}
-	return qdiscStat{}, fmt.Errorf("read %s: %w", r.where, errNoRootQdisc)
+	return st, nil
 }
 
 func (r *qdiscReader) close() {
+	r.raw.close()
 	r.nl.Close()
 }

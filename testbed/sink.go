@@ -29,13 +29,20 @@ type SinkResult struct {
 	// Remote is the sender's address.
 	Remote netip.AddrPort
 	// Seed and Declared are the pattern seed and payload length announced in
-	// the header. Declared is -1 if the header was incomplete.
+	// the header. Declared is -1 if the header was incomplete or, with
+	// Unbounded, declared no length.
 	Seed     uint64
 	Declared int64
+	// Unbounded reports that the header declared no length: the flow was
+	// time-bounded (FlowConfig.For) and was verified up to EOF.
+	Unbounded bool
 	// Bytes is the number of payload bytes received, excluding the header.
 	Bytes int64
-	// OK reports that the header was complete, exactly Declared bytes
-	// arrived before EOF and they all matched the pattern.
+	// OK reports that the header was complete, that exactly Declared bytes
+	// (any number, when Unbounded) arrived before EOF, and that they all
+	// matched the pattern. An Unbounded stream cut short by a clean close
+	// is indistinguishable from a complete one; compare Bytes with the
+	// sender's FlowResult.Bytes.
 	OK bool
 	// Err says why OK is false.
 	Err error
@@ -62,7 +69,9 @@ type Sink struct {
 
 // StartSink listens on host at addr (port 0 picks a free port). It accepts
 // connections until Close, reads each to EOF and checks that the received
-// stream is the header followed by Pattern bytes of the declared length. It
+// stream is the header followed by Pattern bytes of the declared length, or
+// followed by Pattern bytes up to EOF when the header declares no length
+// (a time-bounded flow). It
 // closes a connection only after recording its result, so a sender that has
 // read EOF finds its result in Results.
 //
@@ -165,21 +174,24 @@ func verifyStream(c net.Conn, res *SinkResult) error {
 		return fmt.Errorf("read header: %w", err)
 	}
 	seed, length := parseHeader(hdr[:])
-	if length < 0 {
+	bounded := length != unknownLength
+	if bounded && length < 0 {
 		return fmt.Errorf("header declares negative length %d", length)
 	}
-	res.Seed, res.Declared = seed, length
+	res.Seed, res.Declared, res.Unbounded = seed, length, !bounded
 
 	buf := make([]byte, chunkSize)
 	want := make([]byte, chunkSize)
 	var mismatch error
-	// Every successful Read returns at least one byte and more than length
-	// bytes is an error, so the loop ends after at most length+1 reads; the
-	// idle deadline bounds it in time.
+	// Every successful Read returns at least one byte and, for a declared
+	// length, more than length bytes is an error, so the loop ends after at
+	// most length+1 reads; an unbounded stream ends with the sender's
+	// FIN. The idle deadline bounds both in time while the peer stalls,
+	// and Sink.Close ends a stream that never stops.
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			if res.Bytes+int64(n) > length {
+			if bounded && res.Bytes+int64(n) > length {
 				res.Bytes += int64(n)
 				return fmt.Errorf("received more than the declared %d bytes", length)
 			}
@@ -208,7 +220,7 @@ func verifyStream(c net.Conn, res *SinkResult) error {
 	if mismatch != nil {
 		return mismatch
 	}
-	if res.Bytes < length {
+	if bounded && res.Bytes < length {
 		return fmt.Errorf("short stream: got %d of %d bytes", res.Bytes, length)
 	}
 	return nil

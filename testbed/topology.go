@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -12,13 +13,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// topology tracks everything one Pair or Dumbbell created, so that it can be
-// torn down after a partial construction failure as well as by Close.
+// topology tracks everything one Pair, Dumbbell or Chain created, so that
+// it can be torn down after a partial construction failure (or a panic
+// during construction) as well as by Close.
 type topology struct {
-	mu     sync.Mutex
-	closed bool
-	hosts  []*Host
-	links  []ownedLink
+	mu      sync.Mutex
+	closed  bool
+	hosts   []*Host
+	links   []ownedLink
+	closers []ownedCloser
+}
+
+// ownedCloser is what an EgressFunc returned for one interface; close
+// closes it before any link is deleted.
+type ownedCloser struct {
+	c     io.Closer
+	where string // "IFACE in netns NAME", for errors
 }
 
 // ownedLink is one end of a veth pair created by the topology; deleting it
@@ -80,8 +90,32 @@ func (t *topology) addVeth(ctx context.Context, a *Host, aName string, b *Host, 
 	return nil
 }
 
-// close deletes all links and then all hosts, in reverse order of creation.
-// It is idempotent; only the first call does any work.
+// attachEgress runs fn, when set, on interface iface of h and records the
+// closer it returns, so that close closes it before deleting any link.
+func (t *topology) attachEgress(ctx context.Context, fn EgressFunc, h *Host, iface string) error {
+	if fn == nil {
+		return nil
+	}
+	where := fmt.Sprintf("%s in netns %s", iface, h.Name)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("attach egress shim to %s: %w", where, err)
+	}
+	c, err := fn(ctx, h, iface)
+	if err != nil {
+		return fmt.Errorf("egress shim on %s failed (the topology was torn down; fix the shim or its configuration): %w", where, err)
+	}
+	if c == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closers = append(t.closers, ownedCloser{c: c, where: where})
+	return nil
+}
+
+// close closes the egress shims' closers, then deletes all links and then
+// all hosts, each in reverse order of creation. It is idempotent; only the
+// first call does any work.
 func (t *topology) close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -91,6 +125,12 @@ func (t *topology) close() error {
 	t.closed = true
 
 	var errs []error
+	// Shims see their interfaces and namespaces intact while they detach.
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		if err := t.closers[i].c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close egress shim on %s: %w", t.closers[i].where, err))
+		}
+	}
 	// Deleting links first makes them disappear synchronously; namespace
 	// destruction, which would also remove them, is asynchronous.
 	for i := len(t.links) - 1; i >= 0; i-- {
@@ -103,8 +143,66 @@ func (t *topology) close() error {
 			errs = append(errs, err)
 		}
 	}
-	t.links, t.hosts = nil, nil
+	t.closers, t.links, t.hosts = nil, nil, nil
 	return errors.Join(errs...)
+}
+
+// link joins a and b with a veth pair whose ends are named after roles aRole
+// and bRole, and assigns a host 1 and b host 2 of sub. It returns the
+// interface names.
+func (t *topology) link(ctx context.Context, nm namer, a *Host, aRole string, b *Host, bRole string, sub subnet) (ifA, ifB string, err error) {
+	if ifA, err = nm.iface(aRole); err != nil {
+		return "", "", err
+	}
+	if ifB, err = nm.iface(bRole); err != nil {
+		return "", "", err
+	}
+	if err := t.addVeth(ctx, a, ifA, b, ifB); err != nil {
+		return "", "", err
+	}
+	a4, a6 := sub.host(1)
+	b4, b6 := sub.host(2)
+	if err := a.addAddrs(ctx, ifA, a4, a6); err != nil {
+		return "", "", err
+	}
+	if err := b.addAddrs(ctx, ifB, b4, b6); err != nil {
+		return "", "", err
+	}
+	return ifA, ifB, nil
+}
+
+// attachLeaf joins leaf to router over sub (router host 1, leaf host 2),
+// gives leaf default routes via the router and makes the link's addresses
+// the leaf's primary ones. It returns the router's and the leaf's
+// interface names.
+func (t *topology) attachLeaf(ctx context.Context, nm namer, router *Host, routerRole string, leaf *Host, leafRole string, sub subnet) (ifRouter, ifLeaf string, err error) {
+	ifRouter, ifLeaf, err = t.link(ctx, nm, router, routerRole, leaf, leafRole, sub)
+	if err != nil {
+		return "", "", err
+	}
+	r4, r6 := sub.host(1)
+	l4, l6 := sub.host(2)
+	if err := leaf.addDefaultRoutes(ctx, ifLeaf, r4.Addr(), r6.Addr()); err != nil {
+		return "", "", err
+	}
+	leaf.Addr, leaf.Addr6 = l4.Addr(), l6.Addr()
+	return ifRouter, ifLeaf, nil
+}
+
+// addRouter creates a host that forwards IPv4 and IPv6.
+func (t *topology) addRouter(ctx context.Context, name string) (*Host, error) {
+	r, err := t.addHost(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	err = r.setSysctls(
+		sysctl{"net/ipv4/ip_forward", "1"},
+		sysctl{"net/ipv6/conf/all/forwarding", "1"},
+	)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // setLinkUp brings up interface name.
@@ -169,8 +267,27 @@ func (h *Host) addAddrs(ctx context.Context, name string, prefixes ...netip.Pref
 // addDefaultRoutes installs a default route via each gateway, out of
 // interface name.
 func (h *Host) addDefaultRoutes(ctx context.Context, name string, gateways ...netip.Addr) error {
+	routes := make([]route, 0, len(gateways))
+	for _, gw := range gateways {
+		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if gw.Is6() {
+			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+		routes = append(routes, route{dst: dst, gw: gw})
+	}
+	return h.addRoutes(ctx, name, routes...)
+}
+
+// route is a destination prefix reached via a gateway.
+type route struct {
+	dst netip.Prefix
+	gw  netip.Addr
+}
+
+// addRoutes installs routes out of interface name.
+func (h *Host) addRoutes(ctx context.Context, name string, routes ...route) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("add default routes via %s: %w", name, err)
+		return fmt.Errorf("add routes via %s: %w", name, err)
 	}
 	nl, err := h.handle()
 	if err != nil {
@@ -180,17 +297,14 @@ func (h *Host) addDefaultRoutes(ctx context.Context, name string, gateways ...ne
 	if err != nil {
 		return fmt.Errorf("find %s in netns %s: %w", name, h.Name, err)
 	}
-	for _, gw := range gateways {
-		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-		if gw.Is6() {
-			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-		}
-		route := &netlink.Route{
+	for _, r := range routes {
+		dst, gw := r.dst, r.gw
+		nr := &netlink.Route{
 			LinkIndex: link.Attrs().Index,
 			Dst:       prefixToIPNet(dst),
 			Gw:        net.IP(gw.AsSlice()),
 		}
-		if err := nl.RouteAdd(route); err != nil {
+		if err := nl.RouteAdd(nr); err != nil {
 			return fmt.Errorf("add route %s via %s dev %s in netns %s: %w", dst, gw, name, h.Name, err)
 		}
 	}

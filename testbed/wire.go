@@ -5,7 +5,15 @@ import "encoding/binary"
 // Every flow starts with a header of headerLen bytes: the 8-byte pattern
 // seed followed by the 8-byte payload length, both big endian. The payload,
 // Pattern(seed, 0, payload), follows.
+//
+// A length of unknownLength (all ones) declares a time-bounded flow
+// (FlowConfig.For): the payload runs until the sender's FIN, and the sink
+// verifies the pattern up to EOF. Any other negative length is invalid.
 const headerLen = 16
+
+// unknownLength is the header length of a flow whose length is not known
+// up front.
+const unknownLength int64 = -1
 
 // chunkSize is the buffer size used to write and verify payload.
 const chunkSize = 256 << 10
