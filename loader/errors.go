@@ -11,29 +11,31 @@ type Kind int
 
 // The kinds of error the loader returns. Each one comes with a fix.
 const (
-	KindUnknown      Kind = iota
-	KindUnknownCC         // the name is not a CC built into ccload
-	KindBadParam          // a parameter name, value or unit is wrong
-	KindNoBTF             // the kernel exposes no BTF
-	KindKernelTooOld      // a kernel feature ccload needs is missing
-	KindMissingCaps       // the process lacks a capability
-	KindNameTaken         // another CC already has the name
-	KindNoBPFFS           // bpffs is not mounted where pins go
-	KindNotAttached       // the CC is not attached by ccload
-	KindLoad              // the kernel refused a program or map
+	KindUnknown         Kind = iota
+	KindUnknownCC            // the name is not a CC built into ccload
+	KindBadParam             // a parameter name, value or unit is wrong
+	KindNoBTF                // the kernel exposes no BTF
+	KindKernelTooOld         // a kernel feature ccload needs is missing
+	KindMissingCaps          // the process lacks a capability
+	KindNameTaken            // another CC already has the name
+	KindNoBPFFS              // bpffs is not mounted where pins go
+	KindNotAttached          // the CC is not attached by ccload
+	KindLoad                 // the kernel refused a program or map
+	KindAlreadyAttached      // something is attached where ccload would attach
 )
 
 var kindNames = map[Kind]string{
-	KindUnknown:      "error",
-	KindUnknownCC:    "unknown congestion control",
-	KindBadParam:     "bad parameter",
-	KindNoBTF:        "no kernel BTF",
-	KindKernelTooOld: "kernel too old",
-	KindMissingCaps:  "missing capability",
-	KindNameTaken:    "name already registered",
-	KindNoBPFFS:      "bpffs not mounted",
-	KindNotAttached:  "not attached",
-	KindLoad:         "load failed",
+	KindUnknown:         "error",
+	KindUnknownCC:       "unknown congestion control",
+	KindBadParam:        "bad parameter",
+	KindNoBTF:           "no kernel BTF",
+	KindKernelTooOld:    "kernel too old",
+	KindMissingCaps:     "missing capability",
+	KindNameTaken:       "name already registered",
+	KindNoBPFFS:         "bpffs not mounted",
+	KindNotAttached:     "not attached",
+	KindLoad:            "load failed",
+	KindAlreadyAttached: "already attached",
 }
 
 // String returns a short name for the kind.

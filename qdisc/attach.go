@@ -65,6 +65,26 @@ func (m Method) String() string {
 	return fmt.Sprintf("Method(%d)", int(m))
 }
 
+// MarshalText writes the method as String does, so that JSON shows "tcx"
+// rather than a number.
+func (m Method) MarshalText() ([]byte, error) {
+	if m < MethodAuto || m > MethodClsact {
+		return nil, fmt.Errorf("invalid tc attach method %d", int(m))
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText reads what MarshalText writes: auto, tcx or clsact.
+func (m *Method) UnmarshalText(b []byte) error {
+	for _, c := range []Method{MethodAuto, MethodTCX, MethodClsact} {
+		if string(b) == c.String() {
+			*m = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown tc attach method %q: want auto, tcx or clsact", b)
+}
+
 // DefaultPriority is the cls_bpf filter priority (tc's "pref") used with
 // MethodClsact when AttachOptions.Priority is 0. It is unusual enough not
 // to collide with filters of other tools, which tc numbers from 49152
@@ -91,6 +111,12 @@ type Attachment struct {
 	method Method
 	tcx    link.Link     // MethodTCX
 	filter *clsactFilter // MethodClsact
+	// prog is this attachment's own handle on the program with
+	// MethodClsact, which Pin pins: the filter's kernel reference is not
+	// an object bpffs can hold.
+	prog *ebpf.Program
+	// pinned is the path Pin pinned the link or the program at, or "".
+	pinned string
 }
 
 // Attach attaches prog, a SchedCLS program written for direct-action mode
@@ -129,11 +155,16 @@ func Attach(iface string, prog *ebpf.Program, opts AttachOptions) (*Attachment, 
 	if prio == 0 {
 		prio = DefaultPriority
 	}
+	own, err := prog.Clone()
+	if err != nil {
+		return nil, fmt.Errorf("attach tc program to %s %s with clsact: duplicate the program's handle: %w", iface, opts.Direction, err)
+	}
 	f, err := attachClsact(iface, prog, opts.Direction, prio)
 	if err != nil {
+		own.Close()
 		return nil, fmt.Errorf("attach tc program to %s %s with clsact: %w", iface, opts.Direction, err)
 	}
-	a.method, a.filter = MethodClsact, f
+	a.method, a.filter, a.prog = MethodClsact, f, own
 	return a, nil
 }
 
@@ -168,20 +199,25 @@ func (a *Attachment) Interface() string {
 	return a.iface
 }
 
-// Close detaches the program: it closes the TCX link, or deletes the
-// cls_bpf filter and then the clsact qdisc if no filter is left on it. It
-// is idempotent.
+// Close detaches the program: it removes the pin Pin made, then closes
+// the TCX link, or deletes the cls_bpf filter and then the clsact qdisc if
+// no filter is left on it. It is idempotent, and does nothing after
+// Release.
 func (a *Attachment) Close() error {
-	var err error
+	err := a.unpin()
 	if a.tcx != nil {
 		if cerr := a.tcx.Close(); cerr != nil {
-			err = fmt.Errorf("detach tcx program from %s %s: %w", a.iface, a.dir, cerr)
+			err = errors.Join(err, fmt.Errorf("detach tcx program from %s %s: %w", a.iface, a.dir, cerr))
 		}
 		a.tcx = nil
 	}
 	if a.filter != nil {
 		err = errors.Join(err, a.filter.close())
 		a.filter = nil
+	}
+	if a.prog != nil {
+		a.prog.Close()
+		a.prog = nil
 	}
 	return err
 }

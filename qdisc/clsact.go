@@ -125,6 +125,18 @@ func (f *clsactFilter) remove() error {
 		}
 	}
 
+	return d.removeEmptyClsact()
+}
+
+// release closes the socket and leaves the filter attached. It is
+// idempotent.
+func (f *clsactFilter) release() error {
+	return f.dev.close()
+}
+
+// removeEmptyClsact deletes the clsact qdisc of this interface if it has
+// one and no filter is left on either side of it.
+func (d *netdev) removeEmptyClsact() error {
 	q, err := d.findQdisc("clsact", clsactHandle, clsactParent)
 	if err != nil || q == nil {
 		return err

@@ -30,6 +30,12 @@
 // create, with one exception: a clsact qdisc that has no filters left after
 // Close removed the last one is deleted, whoever added it.
 //
+// An attachment can also outlive the process: Attachment.Pin pins it on
+// a bpf filesystem (the TCX link, or the program of a cls_bpf filter),
+// Attachment.Release lets go of it without detaching, and DetachPinned
+// removes it later from any process. InspectPinned tells whether a pinned
+// attachment still runs.
+//
 // The package needs CAP_NET_ADMIN, and CAP_BPF for the programs. A kernel
 // without sch_fq (the module is missing) yields ErrNoFQ.
 package qdisc

@@ -2,14 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/testbed"
 )
 
 // cli runs ccload in-process and returns its exit code and output.
@@ -37,6 +43,15 @@ func TestUsageAndInputErrors(t *testing.T) {
 		{args: []string{"attach", "theta_powertcp", "-p", "host_bw=10Gbps"}, code: 1, stderr: []string{"ambiguous"}},
 		{args: []string{"set", "theta_powertcp", "nope=1"}, code: 1, stderr: []string{`unknown parameter "nope"`}},
 		{args: []string{"detach", "nope"}, code: 1, stderr: []string{"unknown congestion control"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--off", "--rate", "1gbit"}, code: 2, stderr: []string{"--off takes only --iface", "--rate", "--help"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--off", "--duration", "5s"}, code: 2, stderr: []string{"--off takes only --iface", "--duration"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--off", "--buffer", "1MiB"}, code: 2, stderr: []string{"--off takes only --iface", "--buffer"}},
+		{args: []string{"int", "hop", "--off"}, code: 2, stderr: []string{"--iface is required"}},
+		{args: []string{"int", "hop", "--rate", "1gbit"}, code: 2, stderr: []string{"--iface is required"}},
+		{args: []string{"int", "hop", "--iface", "eth9"}, code: 2, stderr: []string{"--rate is required"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbps"}, code: 2, stderr: []string{"--rate", "ambiguous"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbit", "--buffer", "lots"}, code: 2, stderr: []string{"--buffer", "not a size"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbit", "extra"}, code: 2, stderr: []string{"no arguments"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -64,6 +79,19 @@ func TestHelpTeaches(t *testing.T) {
 	for _, want := range []string{"base_rtt", "gamma", "host_bw", "shift_g", "--default", "Example"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("attach --help lacks %q", want)
+		}
+	}
+}
+
+func TestINTHopHelpTeaches(t *testing.T) {
+	code, out, _ := cli("int", "hop", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"--off", "--foreground", "--duration", "pin", "exits 0", "ccload int status",
+		"nsenter --net=", "ip netns exec", "Examples:", "ccload int hop --iface eth1 --off"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("int hop --help lacks %q", want)
 		}
 	}
 }
@@ -192,5 +220,157 @@ func TestMissingCapabilities(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// hopCLIEnv is a netns pair and a bpffs of the test's own, on which the
+// CLI runs as an operator would inside the pair's first netns.
+type hopCLIEnv struct {
+	pair  *testbed.Pair
+	iface string // the veth of pair.A
+	bpffs string
+}
+
+func newHopCLIEnv(t *testing.T) *hopCLIEnv {
+	t.Helper()
+	testutil.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := testbed.NewPair(ctx, "")
+	if err != nil {
+		t.Fatalf("build netns pair: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("tear down netns pair: %v", err)
+		}
+	})
+	e := &hopCLIEnv{pair: p, bpffs: t.TempDir()}
+	// A bpffs instance of our own: unmounting it drops whatever pins the
+	// test leaves, and the hops with them.
+	if err := unix.Mount("bpf", e.bpffs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs at %s: %v", e.bpffs, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(e.bpffs, 0); err != nil {
+			t.Errorf("unmount %s: %v", e.bpffs, err)
+		}
+	})
+	err = p.A.Do(func() error {
+		ifs, err := net.Interfaces()
+		for _, ifi := range ifs {
+			if ifi.Flags&net.FlagLoopback == 0 {
+				e.iface = ifi.Name
+			}
+		}
+		return err
+	})
+	if err != nil || e.iface == "" {
+		t.Fatalf("find the veth of %s: %q, %v", p.A.Name, e.iface, err)
+	}
+	return e
+}
+
+// cliIn runs ccload with --bpffs set to the test's bpffs inside h.
+func (e *hopCLIEnv) cliIn(t *testing.T, h *testbed.Host, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	args = append([]string{"--bpffs", e.bpffs}, args...)
+	if err := h.Do(func() error {
+		code, stdout, stderr = cli(args...)
+		return nil
+	}); err != nil {
+		t.Fatalf("enter %s: %v", h.Name, err)
+	}
+	return code, stdout, stderr
+}
+
+// TestINTHopCLI attaches a pinned hop through the CLI, lists it, refuses
+// a second one, runs a foreground hop beside nothing, and removes it
+// twice, as an SRE would.
+func TestINTHopCLI(t *testing.T) {
+	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
+	e := newHopCLIEnv(t)
+	a, iface := e.pair.A, e.iface
+	t.Cleanup(func() { e.cliIn(t, a, "int", "hop", "--iface", iface, "--off") })
+
+	code, out, stderr := e.cliIn(t, a, "int", "hop", "--iface", iface, "--rate", "1gbit", "--buffer", "256KiB", "--ecn-threshold", "30KB")
+	if code != 0 {
+		t.Fatalf("attach: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"INT hop attached to " + iface, "1gbit", "buffer 262144 B", "30000 B",
+		"remove it with: ccload int hop --iface " + iface + " --off"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("attach says %q, lacking %q", out, want)
+		}
+	}
+
+	var status struct {
+		Enabled bool `json:"enabled"`
+		Hops    []struct {
+			Iface        string `json:"iface"`
+			Method       string `json:"method"`
+			Attached     bool   `json:"attached"`
+			Rate         string `json:"rate"`
+			BufferBytes  uint32 `json:"buffer_bytes"`
+			ECNThreshold uint32 `json:"ecn_threshold_bytes"`
+			Stats        struct {
+				Packets uint64 `json:"packets"`
+			} `json:"stats"`
+		} `json:"hops"`
+	}
+	code, out, stderr = e.cliIn(t, a, "int", "status", "--json")
+	if code != 0 {
+		t.Fatalf("int status --json: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(out), &status); err != nil {
+		t.Fatalf("int status --json is not JSON: %v\n%s", err, out)
+	}
+	if len(status.Hops) != 1 || status.Hops[0].Iface != iface || !status.Hops[0].Attached || status.Hops[0].Rate != "1gbit" ||
+		status.Hops[0].BufferBytes != 256<<10 || status.Hops[0].ECNThreshold != 30000 || status.Hops[0].Method == "" {
+		t.Errorf("int status --json: %s", out)
+	}
+	code, out, _ = e.cliIn(t, a, "int", "status")
+	if code != 0 || !strings.Contains(out, "INT hops in this network namespace") || !strings.Contains(out, iface) {
+		t.Errorf("int status: exit %d:\n%s", code, out)
+	}
+	code, out, _ = e.cliIn(t, e.pair.B, "int", "status", "--json")
+	if code != 0 || !strings.Contains(out, `"hops": []`) {
+		t.Errorf("int status in the other netns lists hops: exit %d:\n%s", code, out)
+	}
+
+	code, _, stderr = e.cliIn(t, a, "int", "hop", "--iface", iface, "--rate", "1gbit")
+	if code != 1 || !strings.Contains(stderr, "already attached") || !strings.Contains(stderr, "fix: remove it first: ccload int hop --iface "+iface+" --off") {
+		t.Errorf("second attach: exit %d:\n%s", code, stderr)
+	}
+	code, _, stderr = e.cliIn(t, a, "int", "hop", "--iface", iface, "--rate", "1gbit", "--foreground", "--duration", "1s")
+	if code != 1 || !strings.Contains(stderr, "--off") {
+		t.Errorf("foreground hop beside the pinned one: exit %d:\n%s", code, stderr)
+	}
+
+	for i, want := range []string{"INT hop removed from " + iface, "no INT hop on " + iface} {
+		code, out, stderr = e.cliIn(t, a, "int", "hop", "--iface", iface, "--off")
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("--off #%d: exit %d, %q (stderr %q), want %q", i+1, code, out, stderr, want)
+		}
+	}
+	if left, _ := os.ReadDir(filepath.Join(e.bpffs, "ccload", "hop")); len(left) != 0 {
+		t.Errorf("--off left pins: %v", left)
+	}
+
+	// --duration implies --foreground: JSON lines, then the hop is gone.
+	code, out, stderr = e.cliIn(t, a, "int", "hop", "--iface", iface, "--rate", "1gbit", "--duration", "1500ms", "--json")
+	if code != 0 {
+		t.Fatalf("foreground hop: exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var s struct {
+		Packets *uint64 `json:"packets"`
+	}
+	if len(lines) == 0 || json.Unmarshal([]byte(lines[0]), &s) != nil || s.Packets == nil {
+		t.Errorf("foreground hop printed %q, want JSON lines of counters", out)
+	}
+	code, out, _ = e.cliIn(t, a, "int", "status", "--json")
+	if code != 0 || !strings.Contains(out, `"hops": []`) {
+		t.Errorf("the foreground hop left a pinned hop: exit %d:\n%s", code, out)
 	}
 }
