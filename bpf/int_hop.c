@@ -47,6 +47,7 @@ struct hop_config {
 	__u32 buffer_bytes;	/* the shaper's queue limit */
 	__u32 ecn_threshold;	/* mark CE above this many queued bytes; 0 = off */
 	__u32 burst_bytes;	/* the shaper's bucket size (htb/tbf burst) */
+	__u32 ack_padding;	/* 1: int_hop_ack refreshes echoes (it is attached) */
 };
 
 struct {
@@ -409,7 +410,7 @@ int int_hop_ack(struct __sk_buff *skb)
 
 	cfg = bpf_map_lookup_elem(&hop_config, &zero);
 	q = bpf_map_lookup_elem(&hop_queue, &zero);
-	if (!cfg || !q || !cfg->rate_bps)
+	if (!cfg || !q || !cfg->rate_bps || !cfg->ack_padding)
 		return TC_ACT_OK;
 	if (!parse_tcp(skb, &p, &ack) || p.doff <= 20)
 		return TC_ACT_OK;

@@ -27,6 +27,11 @@ type HopConfig struct {
 	// ECNThreshold marks CE on ECT packets that find more bytes than this
 	// queued; 0 turns marking off.
 	ECNThreshold uint32
+	// ACKPadding also attaches int_hop_ack to the ingress of Iface: it
+	// refreshes this hop's record in the echoes of the ACKs that come back
+	// through the interface (FastTune's ACK padding), so senders see the
+	// queue as of the ACK's passage rather than as of their data's.
+	ACKPadding bool
 	// Method is how the program is attached (TCX where the kernel has it).
 	Method qdisc.Method
 }
@@ -37,10 +42,11 @@ const defaultHopBurst = 1514
 
 // Names in bpf/int_hop.c.
 const (
-	hopConfigMap = "hop_config"
-	hopStatsMap  = "hop_stats"
-	hopQueueMap  = "hop_queue"
-	hopProgram   = "int_hop"
+	hopConfigMap  = "hop_config"
+	hopStatsMap   = "hop_stats"
+	hopQueueMap   = "hop_queue"
+	hopProgram    = "int_hop"
+	hopACKProgram = "int_hop_ack"
 )
 
 // Hop is a software INT hop attached to an interface. It lives as long as
@@ -58,6 +64,7 @@ type HopStats struct {
 	Full           uint64 `json:"options_full"`
 	Malformed      uint64 `json:"options_malformed"`
 	CEMarked       uint64 `json:"ce_marked"`
+	ACKsPadded     uint64 `json:"acks_padded"`
 	BacklogBytes   uint64 `json:"model_backlog_bytes"`
 	EnqueuedBytes  uint64 `json:"model_enqueued_bytes"`
 	DroppedPackets uint64 `json:"model_dropped_packets"`
@@ -93,6 +100,7 @@ func (cfg HopConfig) configBytes(code uint8, size uint32) ([]byte, error) {
 	b = binary.NativeEndian.AppendUint32(b, cfg.BufferBytes)
 	b = binary.NativeEndian.AppendUint32(b, cfg.ECNThreshold)
 	b = binary.NativeEndian.AppendUint32(b, cfg.burst())
+	b = binary.NativeEndian.AppendUint32(b, boolU32(cfg.ACKPadding))
 	if len(b) > int(size) {
 		return nil, newError(KindLoad, "rebuild ccload: its INT hop object and its Go code disagree", nil,
 			"the INT hop's %s holds %d bytes, but ccload writes %d", hopConfigMap, size, len(b))
@@ -111,6 +119,7 @@ func hopConfigFromBytes(b []byte) (HopConfig, error) {
 		BufferBytes:  binary.NativeEndian.Uint32(b[12:]),
 		ECNThreshold: binary.NativeEndian.Uint32(b[16:]),
 		BurstBytes:   binary.NativeEndian.Uint32(b[20:]),
+		ACKPadding:   len(b) >= 28 && binary.NativeEndian.Uint32(b[24:]) != 0,
 	}, nil
 }
 
@@ -124,7 +133,18 @@ type hopProgramAt struct {
 // programs lists the programs of bpf/int_hop.c that cfg attaches, and
 // where. NewHop and Loader.AttachHop attach exactly these.
 func (cfg HopConfig) programs() []hopProgramAt {
-	return []hopProgramAt{{name: hopProgram, dir: qdisc.Egress}}
+	progs := []hopProgramAt{{name: hopProgram, dir: qdisc.Egress}}
+	if cfg.ACKPadding {
+		progs = append(progs, hopProgramAt{name: hopACKProgram, dir: qdisc.Ingress})
+	}
+	return progs
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // loadHop loads the INT hop's object with cfg in its config map, after
@@ -218,7 +238,7 @@ func readHopStats(stats, queue *ebpf.Map) (HopStats, error) {
 	if stats == nil || queue == nil {
 		return s, errors.New("read INT hop stats: the hop has no hop_stats or hop_queue map")
 	}
-	counters := []*uint64{&s.Packets, &s.Records, &s.Full, &s.Malformed, &s.CEMarked}
+	counters := []*uint64{&s.Packets, &s.Records, &s.Full, &s.Malformed, &s.CEMarked, &s.ACKsPadded}
 	for i, c := range counters {
 		var perCPU []uint64
 		if err := stats.Lookup(uint32(i), &perCPU); err != nil {

@@ -73,6 +73,9 @@ type HopStatus struct {
 	BufferBytes  uint32 `json:"buffer_bytes"`
 	BurstBytes   uint32 `json:"burst_bytes"`
 	ECNThreshold uint32 `json:"ecn_threshold_bytes"`
+	// ACKPadding reports whether the hop refreshes its record on the ACKs
+	// coming back through the interface (HopConfig.ACKPadding).
+	ACKPadding bool `json:"ack_padding"`
 	// Stats are the hop's counters and queue model.
 	Stats HopStats `json:"stats"`
 	// Notes are remarks for the operator.
@@ -500,6 +503,7 @@ func (l *Loader) readHop(k hopKey) HopStatus {
 		}
 		st.RateBps, st.Rate = cfg.RateBps, FormatBandwidth(cfg.RateBps)
 		st.BufferBytes, st.BurstBytes, st.ECNThreshold = cfg.BufferBytes, cfg.BurstBytes, cfg.ECNThreshold
+		st.ACKPadding = cfg.ACKPadding
 	}
 
 	stats, serr := ebpf.LoadPinnedMap(filepath.Join(dir, hopStatsMap), nil)

@@ -56,11 +56,11 @@ func TestHopKeyNames(t *testing.T) {
 }
 
 func TestHopConfigBytes(t *testing.T) {
-	cfg := HopConfig{RateBps: 10_000_000_000, BufferBytes: 1 << 20, ECNThreshold: 30_000, BurstBytes: 64_000}
+	cfg := HopConfig{RateBps: 10_000_000_000, BufferBytes: 1 << 20, ECNThreshold: 30_000, BurstBytes: 64_000, ACKPadding: true}
 	for _, tt := range []struct {
 		size    uint32
 		wantErr bool
-	}{{24, false}, {32, false}, {16, true}} {
+	}{{28, false}, {32, false}, {24, true}, {16, true}} {
 		b, err := cfg.configBytes(4, tt.size)
 		if tt.wantErr {
 			if err == nil {
@@ -78,11 +78,11 @@ func TestHopConfigBytes(t *testing.T) {
 		if back != cfg {
 			t.Errorf("size %d: read back %+v, want %+v", tt.size, back, cfg)
 		}
-		if b[8] != 4 || slices.ContainsFunc(b[24:], func(c byte) bool { return c != 0 }) {
+		if b[8] != 4 || b[24] != 1 || slices.ContainsFunc(b[28:], func(c byte) bool { return c != 0 }) {
 			t.Errorf("size %d: rate code or padding wrong: %x", tt.size, b)
 		}
 	}
-	b, _ := HopConfig{RateBps: 1e9, BufferBytes: 1}.configBytes(2, 24)
+	b, _ := HopConfig{RateBps: 1e9, BufferBytes: 1}.configBytes(2, 32)
 	if back, _ := hopConfigFromBytes(b); back.BurstBytes != defaultHopBurst {
 		t.Errorf("burst 0 encodes as %d, want %d", back.BurstBytes, defaultHopBurst)
 	}

@@ -90,11 +90,10 @@ func TestHopOnCraftedPackets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := make([]byte, 24)
-	binary.NativeEndian.PutUint64(conf[0:], 1_000_000_000)
-	binary.NativeEndian.PutUint32(conf[8:], 2) // 1 Gbit/s
-	binary.NativeEndian.PutUint32(conf[12:], 1<<20)
-	binary.NativeEndian.PutUint32(conf[20:], 1514)
+	conf, err := HopConfig{RateBps: 1_000_000_000, BufferBytes: 1 << 20}.configBytes(2, spec.Maps["hop_config"].ValueSize)
+	if err != nil {
+		t.Fatal(err)
+	}
 	spec.Maps["hop_config"].Contents = []ebpf.MapKV{{Key: uint32(0), Value: conf}}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {

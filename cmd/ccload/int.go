@@ -238,17 +238,17 @@ func (a *app) printHops(hops []loader.HopStatus) error {
 type hopFlags struct {
 	iface, rate, buffer, burst, ecn string
 	duration                        time.Duration
-	off, foreground, asJSON         bool
+	off, foreground, asJSON, ackPad bool
 }
 
 // hopConfigFlags are the flags that describe a hop, which --off refuses.
 func hopConfigFlags() []string {
-	return []string{"rate", "buffer", "burst", "ecn-threshold", "foreground", "duration"}
+	return []string{"rate", "buffer", "burst", "ecn-threshold", "ack-padding", "foreground", "duration"}
 }
 
 // config reads the hop's config from the flags.
 func (f *hopFlags) config() (loader.HopConfig, error) {
-	cfg := loader.HopConfig{Iface: f.iface}
+	cfg := loader.HopConfig{Iface: f.iface, ACKPadding: f.ackPad}
 	if f.rate == "" {
 		return cfg, fmt.Errorf("--rate is required: the rate of the shaper on %s, e.g. 1gbit", f.iface)
 	}
@@ -316,6 +316,13 @@ The rate must be one of the INT rate codes: 100mbit, 1gbit, 2.5gbit, 5gbit, 10gb
 --ecn-threshold also marks CE on ECT packets that find more than that
 queued, DCTCP style.
 
+--ack-padding (FastTune's ACK padding) also attaches a program to the
+ingress of IF: on the receivers' ACKs coming back through IF it overwrites
+this hop's record in the echoed INT option with the link's state as of that
+moment. Senders then see the queue one queueing delay and one receiver
+turnaround sooner. It needs the ACKs to come back through IF, as they do on
+a router's port.
+
 ccload works on the network namespace it runs in, and keeps the hops of
 each namespace apart. Enter one with 'nsenter --net=/run/netns/NS ccload
 ...'. Not with 'ip netns exec': it gives the command a /sys of its own,
@@ -326,7 +333,7 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 1 when attaching or removing fails, 2 on a usage error.`,
 		Example: `  # attach and pin the hop, then exit; it runs until --off
   ccload int hop --iface eth1 --rate 1gbit --burst 126600 --buffer 1MiB
-  ccload int hop --iface eth1 --rate 10gbit --buffer 4MiB --ecn-threshold 60KB
+  ccload int hop --iface eth1 --rate 10gbit --buffer 4MiB --ecn-threshold 60KB --ack-padding
 
   # see it and its counters
   ccload int status
@@ -373,6 +380,9 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 			if st.ECNThreshold > 0 {
 				ecn = fmt.Sprintf(", CE marks above %d B", st.ECNThreshold)
 			}
+			if st.ACKPadding {
+				ecn += ", ACK padding"
+			}
 			fmt.Fprintf(a.out, "INT hop attached to %s (%s), %s, buffer %d B, burst %d B%s; pinned at %s\n",
 				st.Iface, st.Method, st.Rate, st.BufferBytes, st.BurstBytes, ecn, st.PinDir)
 			fmt.Fprintf(a.out, "remove it with: ccload int hop --iface %s --off\n", st.Iface)
@@ -384,6 +394,7 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 	c.Flags().StringVar(&f.buffer, "buffer", "1MiB", "the shaper's queue limit")
 	c.Flags().StringVar(&f.burst, "burst", "1514", "the shaper's bucket (htb/tbf burst)")
 	c.Flags().StringVar(&f.ecn, "ecn-threshold", "", "mark CE above this many queued bytes (off when empty)")
+	c.Flags().BoolVar(&f.ackPad, "ack-padding", false, "also refresh this hop's record on returning ACKs (FastTune)")
 	c.Flags().BoolVar(&f.off, "off", false, "remove the hop of --iface (exit 0 if it has none)")
 	c.Flags().BoolVar(&f.foreground, "foreground", false, "do not pin: keep the hop while the command runs, printing counters")
 	c.Flags().DurationVar(&f.duration, "duration", 0, "run in the foreground, and detach after this long")
