@@ -125,7 +125,7 @@ ccload exits, until 'ccload detach'.`,
 		return usageError{cmd: c.Name(), err: err}
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
-		newDetachCmd(a), newINTCmd(a), newTraceCmd(a), newDemoCmd(a), newVersionCmd(a))
+		newDetachCmd(a), newINTCmd(a), newTraceCmd(a), newDemoCmd(a), newBenchCmd(a), newVersionCmd(a))
 	return root
 }
 

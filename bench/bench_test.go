@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/loader"
+)
+
+// compileSchema compiles results.schema.json.
+func compileSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema()))
+	if err != nil {
+		t.Fatalf("results.schema.json: %v", err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(SchemaID, doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(SchemaID)
+	if err != nil {
+		t.Fatalf("compile results.schema.json: %v", err)
+	}
+	return s
+}
+
+// validate checks a results.json document against the schema.
+func validate(t *testing.T, s *jsonschema.Schema, js []byte) {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
+	if err != nil {
+		t.Fatalf("results.json is not JSON: %v", err)
+	}
+	if err := s.Validate(doc); err != nil {
+		t.Fatalf("results.json does not match results.schema.json: %v", err)
+	}
+}
+
+// TestSchemaRejectsBadResults checks that the schema has teeth: a document
+// missing a required field, or with a value out of range, is rejected.
+func TestSchemaRejectsBadResults(t *testing.T) {
+	s := compileSchema(t)
+	good := Results{Schema: SchemaID, Scenario: ScenarioLongflow, Started: time.Unix(0, 0).UTC(),
+		Machine:  Machine{Kernel: "6.18", CPUs: 2},
+		Topology: Topology{Kind: "dumbbell", Senders: 1, RateBps: 1e9, BufferBytes: 1 << 20},
+		Workload: Workload{DurationSeconds: 3, SampleMicros: 100, Seed: 1},
+		CCs: []CCResult{{CC: "cubic", KernelCCs: []string{"cubic"}, FCT: []FCTBucket{
+			{Bucket: "all", Count: 1, P50Us: 10, P99Us: 10, P999Us: 10}}}},
+	}
+	js, err := json.Marshal(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, s, js)
+
+	for _, tc := range []struct {
+		name string
+		edit func(m map[string]any)
+	}{
+		{"no ccs", func(m map[string]any) { delete(m, "ccs") }},
+		{"empty ccs", func(m map[string]any) { m["ccs"] = []any{} }},
+		{"unknown scenario", func(m map[string]any) { m["scenario"] = "bulk" }},
+		{"cc without throughput", func(m map[string]any) { delete(m["ccs"].([]any)[0].(map[string]any), "throughput_bps") }},
+		{"negative queue", func(m map[string]any) { m["ccs"].([]any)[0].(map[string]any)["queue_p99_bytes"] = -1 }},
+		{"unknown bucket", func(m map[string]any) {
+			m["ccs"].([]any)[0].(map[string]any)["fct"].([]any)[0].(map[string]any)["bucket"] = "huge"
+		}},
+		{"cpu over 1", func(m map[string]any) { m["ccs"].([]any)[0].(map[string]any)["cpu_busy"] = 1.5 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m map[string]any
+			if err := json.Unmarshal(js, &m); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(m)
+			bad, _ := json.Marshal(m)
+			doc, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bad))
+			if err := s.Validate(doc); err == nil {
+				t.Fatalf("the schema accepted %s", bad)
+			}
+		})
+	}
+}
+
+// TestConfigValidation checks the errors of bad configurations.
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"unknown scenario", Config{Scenario: "bulk"}, "unknown scenario"},
+		{"load too high", Config{Scenario: ScenarioWebsearch, Load: 1.5}, "load 1.5"},
+		{"duplicate cc", Config{Scenario: ScenarioLongflow, CCs: []string{"cubic", "cubic"}}, "distinct"},
+		{"short duration", Config{Scenario: ScenarioLongflow, Duration: time.Millisecond}, "duration"},
+		{"one fairness flow", Config{Scenario: ScenarioFairness, Flows: 1}, "fairness flows"},
+		{"fine sampling", Config{Scenario: ScenarioLongflow, SampleInterval: time.Microsecond}, "sample interval"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.withDefaults().validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+	if err := (Config{Scenario: ScenarioIncast}).withDefaults().validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// netnsWithPrefix lists the named network namespaces that start with
+// prefix, as `ip netns list` shows them.
+func netnsWithPrefix(t *testing.T, prefix string) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v", err)
+	}
+	var got []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			got = append(got, f[0])
+		}
+	}
+	return got
+}
+
+// TestQuickScenarios runs every scenario in --quick mode with every
+// default CC, as CI's smoke run, and checks that each CC moved traffic,
+// that results.json validates against the schema, that the plots exist,
+// and that nothing is left behind: no netns, no attached CC, no INT.
+func TestQuickScenarios(t *testing.T) {
+	testutil.RequireRoot(t)
+	host := loader.DefaultHost()
+	host.PinDir = fmt.Sprintf("ccload-benchtest-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(host.BPFFS, host.PinDir)) })
+	l := loader.New(host)
+	before, err := l.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := compileSchema(t)
+	for _, sc := range Scenarios() {
+		t.Run(sc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cfg := Config{Scenario: sc, Quick: true, Prefix: "cbt"}
+			var progress bytes.Buffer
+			rep, err := Run(ctx, l, cfg, &progress)
+			t.Logf("progress:\n%s", progress.String())
+			if left := netnsWithPrefix(t, "cbt"); len(left) > 0 {
+				t.Errorf("network namespaces left behind: %v", left)
+			}
+			if err != nil {
+				t.Fatalf("run: %v (fix: %s)", err, loader.FixOf(err))
+			}
+			var table bytes.Buffer
+			if err := rep.Table(&table); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("\n%s", table.String())
+			dir := t.TempDir()
+			files, err := rep.Write(dir)
+			if err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			validate(t, schema, js)
+			if len(files) < 3 {
+				t.Errorf("wrote only %v", files)
+			}
+			if len(rep.Results.CCs) != len(DefaultCCs()) {
+				t.Fatalf("%d results for %d CCs", len(rep.Results.CCs), len(DefaultCCs()))
+			}
+			for _, c := range rep.Results.CCs {
+				if c.Utilization < 0.2 || c.FlowsFailed > 0 {
+					t.Errorf("%s: utilisation %.2f, %d of %d flows failed", c.CC, c.Utilization, c.FlowsFailed, c.Flows)
+				}
+				if (sc == ScenarioIncast || sc == ScenarioWebsearch) && len(c.FCT) == 0 {
+					t.Errorf("%s: no FCTs", c.CC)
+				}
+				if sc == ScenarioFairness && c.Jain == nil {
+					t.Errorf("%s: no fairness index", c.CC)
+				}
+			}
+		})
+	}
+	after, err := l.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("attached CCs before the bench %v, after %v", before, after)
+	}
+	if st, err := l.INTStatus(); err != nil || st.Enabled {
+		t.Errorf("INT left enabled (%v)", err)
+	}
+}

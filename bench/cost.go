@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// programCosts reads the kernel's per-program run counters, which exist
+// while BPF statistics are enabled (BPF_ENABLE_STATS, the syscall behind
+// kernel.bpf_stats_enabled; needs CAP_SYS_ADMIN and Linux 5.8).
+type programCosts struct {
+	stats io.Closer
+	err   error
+}
+
+// progCounter is one program's counters at one moment.
+type progCounter struct {
+	name    string
+	runs    uint64
+	runtime time.Duration
+}
+
+func newProgramCosts() *programCosts {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	return &programCosts{stats: c, err: err}
+}
+
+func (p *programCosts) close() {
+	if p.stats != nil {
+		p.stats.Close()
+	}
+}
+
+// costTypes are the program types whose cost a bench reports: the CCs
+// (struct_ops), INT tagging (sockops) and the INT hop (tc).
+var costTypes = [...]ebpf.ProgramType{ebpf.StructOps, ebpf.SockOps, ebpf.SchedCLS}
+
+// snapshot reads the counters of every program of costTypes.
+func (p *programCosts) snapshot() map[ebpf.ProgramID]progCounter {
+	out := map[ebpf.ProgramID]progCounter{}
+	if p.err != nil {
+		return out
+	}
+	var id ebpf.ProgramID
+	for range 1 << 16 {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		prog, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		info, err := prog.Info()
+		if err != nil || !slices.Contains(costTypes[:], info.Type) {
+			prog.Close()
+			continue
+		}
+		st, err := prog.Stats()
+		prog.Close()
+		if err != nil {
+			continue
+		}
+		out[id] = progCounter{name: info.Name, runs: st.RunCount, runtime: st.Runtime}
+	}
+	return out
+}
+
+// since returns the programs that ran since before, with their mean run
+// time, busiest first.
+func (p *programCosts) since(before map[ebpf.ProgramID]progCounter) []ProgramCost {
+	var out []ProgramCost
+	for id, now := range p.snapshot() {
+		was := before[id]
+		runs := now.runs - was.runs
+		if runs == 0 || now.runs < was.runs {
+			continue
+		}
+		out = append(out, ProgramCost{Program: now.name, Runs: runs,
+			NsPerRun: float64(now.runtime-was.runtime) / float64(runs)})
+	}
+	slices.SortFunc(out, func(a, b ProgramCost) int {
+		if a.Runs != b.Runs {
+			if a.Runs > b.Runs {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Program, b.Program)
+	})
+	return out
+}
+
+// cpuTimes is the first line of /proc/stat: jiffies per state, summed
+// over all CPUs.
+type cpuTimes struct {
+	busy, total uint64
+}
+
+func readCPUTimes() (cpuTimes, error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return cpuTimes{}, errors.New("/proc/stat is empty")
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", sc.Text())
+	}
+	var t cpuTimes
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		// user nice system idle iowait irq softirq steal guest guest_nice;
+		// guest time is already counted in user and nice.
+		if i >= 8 {
+			break
+		}
+		t.total += v
+		if i != 3 && i != 4 {
+			t.busy += v
+		}
+	}
+	return t, nil
+}
+
+// busySince is the busy fraction of all CPUs between before and t.
+func (t cpuTimes) busySince(before cpuTimes) float64 {
+	if t.total <= before.total {
+		return 0
+	}
+	return float64(t.busy-before.busy) / float64(t.total-before.total)
+}
+
+// machine describes this host.
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU()}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}

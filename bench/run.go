@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ccload/ccload/bench/stats"
+	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/testbed"
+)
+
+// Report is the outcome of Run: the results that go to results.json and
+// the time series that go into the plots.
+type Report struct {
+	// Results is what results.json holds.
+	Results Results
+	// Config is the configuration the run used, defaults filled in.
+	Config Config
+
+	series []ccSeries
+}
+
+// ccSeries is one CC's time series, for the plots. Times are since the
+// CC's traffic started.
+type ccSeries struct {
+	cc         string
+	queue      []stats.Point // bytes
+	throughput []stats.Point // bits/s, at the bottleneck
+	perFlow    [][]stats.Point
+}
+
+// runner holds what one Run shares between its CCs.
+type runner struct {
+	cfg      Config
+	l        *loader.Loader
+	topo     *testbed.Dumbbell
+	sink     *testbed.Sink
+	hop      *loader.Hop
+	baseRTT  time.Duration
+	progress io.Writer
+	builtin  map[string]*loader.CC
+}
+
+func (r *runner) say(format string, args ...any) {
+	if r.progress != nil {
+		fmt.Fprintf(r.progress, format+"\n", args...)
+	}
+}
+
+// intPeers are the prefixes INT is enabled for during INT CCs' runs: the
+// testbed's own.
+func intPeers() []netip.Prefix {
+	return []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("fd00::/8")}
+}
+
+// Run runs cfg's scenario once per CC, one CC after the other on one
+// topology, and returns the report. progress, if not nil, receives a line
+// per step and every few seconds while traffic runs.
+//
+// It attaches ccload's built-in CCs that cfg names and are not attached
+// yet, and enables INT (for the testbed's prefixes) around the runs of CCs
+// that use it unless INT is already on; it undoes both before returning,
+// also on error or when ctx is cancelled. The topology is always torn down.
+func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) (_ *Report, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("bench config: %w", err)
+	}
+	r := &runner{cfg: cfg, l: l, progress: progress, builtin: map[string]*loader.CC{}}
+	for _, cc := range loader.Builtin() {
+		r.builtin[cc.Name] = cc
+	}
+	undo, err := r.prepareCCs()
+	defer func() { err = errors.Join(err, undo()) }()
+	if err != nil {
+		return nil, err
+	}
+
+	costs := newProgramCosts()
+	defer costs.close()
+	if costs.err != nil {
+		r.say("note: no BPF run-time statistics (%v); the bpf columns stay empty", costs.err)
+	}
+
+	r.say("building %d sender(s) -> router -> receiver: %s bottleneck, %d KiB buffer, INT hop (ECN K %d B, ACK padding %v)",
+		cfg.senderCount(), loader.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, cfg.ECNThresholdBytes, cfg.ACKPadding)
+	r.topo, err = testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
+		Senders: cfg.senderCount(), BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, fmt.Errorf("build the bench topology: %w", err)
+	}
+	defer func() {
+		if cerr := r.topo.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("tear down the bench topology: %w", cerr))
+		}
+	}()
+	if err := r.topo.Router.Do(func() (err error) {
+		r.hop, err = loader.NewHop(loader.HopConfig{Iface: r.topo.BottleneckIface, RateBps: cfg.RateBps,
+			BufferBytes: cfg.BufferBytes, BurstBytes: r.topo.BurstBytes(), ECNThreshold: cfg.ECNThresholdBytes,
+			ACKPadding: cfg.ACKPadding})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("attach the INT hop to the bottleneck: %w", err)
+	}
+	defer func() { err = errors.Join(err, r.hop.Close()) }()
+	if err := r.measureBaseRTT(ctx); err != nil {
+		return nil, err
+	}
+
+	rep := &Report{Config: cfg, Results: Results{
+		Schema:   SchemaID,
+		Scenario: cfg.Scenario,
+		Command:  strings.Join(os.Args, " "),
+		Started:  time.Now().UTC().Round(time.Second),
+		Machine:  machine(),
+		Topology: Topology{Kind: "dumbbell", Senders: cfg.senderCount(), RateBps: cfg.RateBps, BufferBytes: cfg.BufferBytes,
+			ECNThresholdBytes: cfg.ECNThresholdBytes, ACKPadding: cfg.ACKPadding,
+			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},
+		Workload: workloadOf(cfg),
+	}}
+	for i, cc := range cfg.CCs {
+		r.say("[%d/%d] %s: %s for %v", i+1, len(cfg.CCs), cc, cfg.Scenario, cfg.Duration)
+		res, s, err := r.runCC(ctx, cc, costs)
+		if err != nil {
+			return nil, fmt.Errorf("%s with %s: %w", cfg.Scenario, cc, err)
+		}
+		rep.Results.CCs = append(rep.Results.CCs, res)
+		rep.series = append(rep.series, s)
+		r.say("[%d/%d] %s: %s", i+1, len(cfg.CCs), cc, summaryLine(res))
+	}
+	return rep, nil
+}
+
+// prepareCCs checks every CC name and attaches the built-in ones that are
+// not attached. The returned function detaches what it attached.
+func (r *runner) prepareCCs() (func() error, error) {
+	var attached []string
+	undo := func() error {
+		var errs []error
+		for _, name := range slices.Backward(attached) {
+			if _, err := r.l.Detach(name); err != nil {
+				errs = append(errs, fmt.Errorf("detach %s after the bench: %w", name, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	kernel, err := r.l.KernelCCs()
+	if err != nil {
+		return undo, err
+	}
+	for _, name := range r.cfg.CCs {
+		if _, ok := r.builtin[name]; !ok {
+			if !slices.Contains(kernel, name) {
+				return undo, fmt.Errorf("the kernel has no congestion control %q (it has: %s; ccload's: %s)",
+					name, strings.Join(kernel, " "), strings.Join(builtinNames(r.builtin), " "))
+			}
+			continue
+		}
+		res, err := r.l.Attach(loader.AttachRequest{Name: name})
+		if err != nil {
+			return undo, fmt.Errorf("attach %s: %w", name, err)
+		}
+		if !res.AlreadyAttached {
+			attached = append(attached, name)
+			r.say("attached %s for the bench", name)
+		}
+	}
+	return undo, nil
+}
+
+func builtinNames(m map[string]*loader.CC) []string {
+	var names []string
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// measureBaseRTT sends a small flow on the idle path and keeps its
+// minimum RTT.
+func (r *runner) measureBaseRTT(ctx context.Context) error {
+	sink, err := testbed.StartSink(r.topo.Receiver, netip.AddrPortFrom(r.topo.Receiver.Addr, 0))
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	res, err := testbed.SendFlow(ctx, r.topo.Senders[0], sink.Addr, testbed.FlowConfig{CC: "reno", Bytes: 64 << 10, Seed: 99, Timeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("measure the base RTT: %w", err)
+	}
+	if res.Info != nil {
+		r.baseRTT = time.Duration(res.Info.Min_rtt) * time.Microsecond
+	}
+	if _, err := sink.WaitResults(ctx, 1); err != nil {
+		return fmt.Errorf("measure the base RTT: %w", err)
+	}
+	return nil
+}
+
+// startSink starts the receiver for cc's run. A CC that needs ECN (DCTCP)
+// runs at the receiver too, as the netns default when the sink's listener
+// is created: the kernel grants ECN to an ECT-marked SYN only when the
+// listener's CC needs ECN, and DCTCP's receiver echoes CE precisely. The
+// returned function closes the sink and restores the default.
+func (r *runner) startSink(ctx context.Context, cc string) (func(), error) {
+	recvCC := "reno"
+	if b, ok := r.builtin[cc]; ok && b.NeedsECN {
+		recvCC = cc
+	}
+	setDefault := func(name string) error {
+		out, err := r.topo.Receiver.Command(ctx, "sysctl", "-qw", "net.ipv4.tcp_congestion_control="+name).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("set the receiver's CC to %s: %v: %s", name, err, out)
+		}
+		return nil
+	}
+	if err := setDefault(recvCC); err != nil {
+		return nil, err
+	}
+	sink, err := testbed.StartSink(r.topo.Receiver, netip.AddrPortFrom(r.topo.Receiver.Addr, 0))
+	if err != nil {
+		return nil, err
+	}
+	r.sink = sink
+	return func() {
+		sink.Close()
+		setDefault("reno")
+	}, nil
+}
+
+// withINT enables INT around fn when cc uses it and INT is off; it
+// reports whether INT was on during fn.
+func (r *runner) withINT(cc string, fn func() error) (bool, error) {
+	st, err := r.l.INTStatus()
+	if err != nil {
+		return false, fmt.Errorf("read INT status: %w", err)
+	}
+	if st.Enabled {
+		return true, fn()
+	}
+	if b, ok := r.builtin[cc]; !ok || !b.UsesINT {
+		return false, fn()
+	}
+	if _, err := r.l.EnableINT(loader.INTConfig{Peers: intPeers()}); err != nil {
+		return false, fmt.Errorf("enable INT for %s: %w", cc, err)
+	}
+	err = fn()
+	if _, derr := r.l.DisableINT(); derr != nil {
+		err = errors.Join(err, fmt.Errorf("disable INT after %s: %w", cc, derr))
+	}
+	return true, err
+}
+
+func workloadOf(c Config) Workload {
+	w := Workload{DurationSeconds: c.Duration.Seconds(), Quick: c.Quick,
+		SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed}
+	switch c.Scenario {
+	case ScenarioWebsearch:
+		w.Load = c.Load
+	case ScenarioIncast:
+		w.Fanout, w.IncastBytes = c.Fanout, c.IncastBytes
+	case ScenarioFairness:
+		w.Flows = c.Flows
+	}
+	return w
+}
+
+func summaryLine(c CCResult) string {
+	s := fmt.Sprintf("%.0f Mbit/s, queue p50 %.0f KB p99 %.0f KB", c.ThroughputBps/1e6, c.QueueP50Bytes/1e3, c.QueueP99Bytes/1e3)
+	for _, b := range c.FCT {
+		if b.Bucket == stats.BucketAll {
+			s += fmt.Sprintf(", %d flows, FCT p99 %.0f us", b.Count, b.P99Us)
+		}
+	}
+	if c.FlowsFailed > 0 {
+		s += fmt.Sprintf(", %d FAILED", c.FlowsFailed)
+	}
+	return s
+}

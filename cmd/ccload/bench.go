@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ccload/ccload/bench"
+	"github.com/ccload/ccload/loader"
+)
+
+func newBenchCmd(a *app) *cobra.Command {
+	var (
+		scenario, rate, buffer, ecn, incastSize, out string
+		ccs                                          []string
+		cfg                                          bench.Config
+		asJSON                                       bool
+	)
+	c := &cobra.Command{
+		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
+		Short: "Measure congestion controls side by side on datacenter scenarios",
+		Long: `Build an emulated datacenter bottleneck out of network namespaces
+(senders -> router -> receiver, the router shaping to --rate with an htb
+queue of --buffer bytes and an INT hop on its egress), then run the
+scenario's traffic once per CC in --cc, one after the other, on the same
+topology, and measure:
+
+  - throughput and utilisation at the bottleneck,
+  - the bottleneck queue (qdisc backlog sampled every 100us, and the INT
+    hop's own model of it),
+  - flow completion times (p50, p99, p99.9) and slowdown by size bucket
+    (<10KB, 10KB-1MB, >1MB),
+  - Jain's fairness and convergence time (fairness scenario),
+  - the run time per call of each BPF program (kernel BPF statistics)
+    and the CPUs' busy share.
+
+Scenarios:
+  longflow   one long flow for --duration
+  incast     a long flow, plus --fanout senders sending --incast-size each
+             at the same moment, every 250ms
+  websearch  Poisson arrivals of web-search sized flows (the DCTCP paper's
+             distribution, mean 1.67MB) at --load of the bottleneck
+  fairness   --flows flows join one by one, then leave one by one
+  all        every scenario above, each into its own subdirectory of --out
+
+Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
+CCs are attached for the run if they are not attached yet, and INT is
+turned on (for 198.18.0.0/15 and fd00::/8) around the runs of powertcp and
+hpcc; both are undone at the end, also on Ctrl-C. The INT hop marks CE above
+--ecn-threshold for bpf_dctcp.
+
+The table goes to stdout; --out gets results.json (schema: 'ccload bench
+--schema') and PNG plots of the queue, the throughput and the FCTs.
+--quick shortens each scenario to a few seconds, for smoke tests.`,
+		Example: `  ccload bench --scenario incast
+  ccload bench --scenario websearch --cc cubic,bbr,bpf_dctcp,theta_powertcp,powertcp,hpcc --load 0.6 --duration 20s --out results/
+  ccload bench --scenario all --quick --out /tmp/smoke
+  ccload bench --schema > results.schema.json`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if c.Flags().Changed("schema") {
+				_, err := a.out.Write(bench.Schema())
+				return err
+			}
+			if scenario == "" {
+				return usageError{cmd: "bench", err: fmt.Errorf("--scenario is required: one of %s, all", strings.Join(bench.Scenarios(), ", "))}
+			}
+			bps, err := loader.ParseBandwidth(rate)
+			if err != nil {
+				return usageError{cmd: "bench", err: fmt.Errorf("--rate: %w", err)}
+			}
+			buf, err := loader.ParseBytes(buffer)
+			if err != nil || buf > 1<<30 {
+				return usageError{cmd: "bench", err: fmt.Errorf("--buffer: want a size up to 1GiB, got %q", buffer)}
+			}
+			k, err := loader.ParseBytes(ecn)
+			if err != nil || k > 1<<30 {
+				return usageError{cmd: "bench", err: fmt.Errorf("--ecn-threshold: want a size up to 1GiB (0 turns marking off), got %q", ecn)}
+			}
+			is, err := loader.ParseBytes(incastSize)
+			if err != nil {
+				return usageError{cmd: "bench", err: fmt.Errorf("--incast-size: %w", err)}
+			}
+			cfg.CCs, cfg.RateBps, cfg.BufferBytes, cfg.ECNThresholdBytes, cfg.IncastBytes = ccs, bps, uint32(buf), uint32(k), int64(is)
+			cfg.NoECN = k == 0
+			scenarios := []string{scenario}
+			if scenario == "all" {
+				scenarios = bench.Scenarios()
+			}
+			ctx, stop := runContext(c, 0)
+			defer stop()
+			var progress io.Writer = a.out
+			if asJSON {
+				progress = c.ErrOrStderr()
+			}
+			var all []bench.Results
+			for _, sc := range scenarios {
+				run := cfg
+				run.Scenario = sc
+				rep, err := bench.Run(ctx, a.loader(), run, progress)
+				if err != nil {
+					return fmt.Errorf("bench %s: %w", sc, err)
+				}
+				if out != "" {
+					dir := out
+					if len(scenarios) > 1 {
+						dir = out + "/" + sc
+					}
+					files, err := rep.Write(dir)
+					if err != nil {
+						return fmt.Errorf("bench %s: %w", sc, err)
+					}
+					fmt.Fprintf(progress, "wrote %s\n", strings.Join(files, " "))
+				}
+				if asJSON {
+					all = append(all, rep.Results)
+					continue
+				}
+				fmt.Fprintln(a.out)
+				if err := rep.Table(a.out); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				if len(all) == 1 {
+					return a.printJSON(all[0])
+				}
+				return a.printJSON(all)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&scenario, "scenario", "", "longflow, incast, websearch, fairness, or all")
+	f.StringSliceVar(&ccs, "cc", bench.DefaultCCs(), "CCs to compare, in run order")
+	f.Float64Var(&cfg.Load, "load", bench.DefaultLoad, "websearch: offered load, a fraction of the bottleneck")
+	f.DurationVar(&cfg.Duration, "duration", 0, "traffic time per CC (default 10s longflow, 16s fairness, 20s otherwise; 3s with --quick)")
+	f.BoolVar(&cfg.Quick, "quick", false, "a few seconds per CC, fewer senders, web-search flows capped at 1MB: a smoke run")
+	f.StringVar(&out, "out", "", "directory for results.json and the PNG plots")
+	f.StringVar(&rate, "rate", "1gbit", "bottleneck rate")
+	f.StringVar(&buffer, "buffer", "1MiB", "bottleneck buffer")
+	f.StringVar(&ecn, "ecn-threshold", "30KB", "INT hop marks CE above this queue (DCTCP's K); 0 turns it off")
+	f.BoolVar(&cfg.ACKPadding, "ack-padding", false, "the INT hop refreshes its record on returning ACKs (FastTune)")
+	f.IntVar(&cfg.Fanout, "fanout", bench.DefaultFanout, "incast: senders per incast")
+	f.StringVar(&incastSize, "incast-size", "64KiB", "incast: bytes each incast sender sends")
+	f.IntVar(&cfg.Senders, "senders", 0, "websearch: sender hosts (default 8; 4 with --quick)")
+	f.IntVar(&cfg.Flows, "flows", bench.DefaultFlows, "fairness: flows that join and leave")
+	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "websearch: seed of the arrivals")
+	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "queue sampling interval")
+	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
+	f.Bool("schema", false, "print the JSON Schema of results.json and exit")
+	return c
+}
