@@ -173,7 +173,8 @@ func samplesIn(s []testbed.QueueSample, from, to time.Duration) []testbed.QueueS
 // does not require the peak to be lower (ten line-rate starts at 10 Gbit/s
 // can fill the 1 MiB buffer as cubic's standing queue does), nor the queue
 // to drain within a few RTTs (it stays up about as long as the incast
-// lasts); it only reports hpcc (see docs/measurements.md).
+// lasts); it only reports hpcc, and both CCs again through a hop with ACK
+// padding (see docs/measurements.md).
 func TestIncastINT(t *testing.T) {
 	requireKernelCC(t, "powertcp", "hpcc")
 	l := New(testHost(t))
@@ -183,12 +184,34 @@ func TestIncastINT(t *testing.T) {
 	attachForTest(t, l, AttachRequest{Name: "powertcp", Params: map[string]string{"host_bw": FormatBandwidth(bottleneckRate)}})
 	attachForTest(t, l, AttachRequest{Name: "hpcc"})
 	d := newDumbbell(t, incastFanout+1)
-	hopForTest(t, d, 0)
 	sink := startSink(t, d.Receiver, d.Receiver.Addr)
 
+	// cubic, powertcp and hpcc through the plain hop, then powertcp and
+	// hpcc again with ACK padding.
 	var runs []incastRun
-	for _, cc := range []string{"cubic", "powertcp", "hpcc"} {
-		runs = append(runs, runIncast(t, d, sink, cc))
+	for _, pad := range []bool{false, true} {
+		var hop *Hop
+		if err := d.Router.Do(func() (err error) {
+			hop, err = NewHop(HopConfig{Iface: d.BottleneckIface, RateBps: d.Config.BottleneckRate,
+				BufferBytes: d.Config.BufferBytes, BurstBytes: d.BurstBytes(), ACKPadding: pad})
+			return err
+		}); err != nil {
+			t.Fatalf("attach INT hop: %v", err)
+		}
+		ccs := []string{"cubic", "powertcp", "hpcc"}
+		if pad {
+			ccs = ccs[1:]
+		}
+		for _, cc := range ccs {
+			r := runIncast(t, d, sink, cc)
+			if pad {
+				r.cc += "+ackpad"
+			}
+			runs = append(runs, r)
+		}
+		if err := hop.Close(); err != nil {
+			t.Fatalf("detach INT hop: %v", err)
+		}
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
