@@ -78,6 +78,13 @@ func TestChainTwoBottlenecks(t *testing.T) {
 				dst = c.Receiver.Addr6
 			}
 			sink := startTestSink(t, c.Receiver, netip.AddrPortFrom(dst, 0))
+			// A first small flow resolves the neighbours along the path:
+			// over IPv6 the first SYN is now and then lost while they are
+			// resolved, and its 1 s retransmission would dominate the
+			// measured flow.
+			if _, err := SendFlow(testContext(t), c.Senders[0], sink.Addr, FlowConfig{CC: "cubic", Bytes: 1, Seed: 99, Timeout: 10 * time.Second}); err != nil {
+				t.Fatalf("warm-up flow: %v", err)
+			}
 
 			var res FlowResult
 			var err error
@@ -88,8 +95,8 @@ func TestChainTwoBottlenecks(t *testing.T) {
 			if err != nil {
 				t.Fatalf("SendFlow: %v", err)
 			}
-			if r := sink.Results(); len(r) != 1 || !r[0].OK || r[0].Bytes != size {
-				t.Errorf("sink results %+v, want one OK result of %d bytes", r, size)
+			if r := sink.Results(); len(r) != 2 || !r[1].OK || r[1].Bytes != size {
+				t.Errorf("sink results %+v, want the warm-up's and one OK result of %d bytes", r, size)
 			}
 
 			hot, cold := steady(samples[tt.congested]), steady(samples[1-tt.congested])
@@ -97,8 +104,16 @@ func TestChainTwoBottlenecks(t *testing.T) {
 			t.Logf("%.0f Mbit/s in %v; congested hop %d: mean %.0f B p99 %.0f B; other hop: mean %.0f B p99 %.0f B max %.0f B",
 				res.Throughput/1e6, res.Duration.Round(time.Millisecond), tt.congested+1, hs.Mean, hs.P99, cs.Mean, cs.P99, cs.Max)
 
-			if min(tt.hop1, tt.hop2) == slow && (res.Throughput < 0.7*slow || res.Throughput > 1.05*slow) {
-				t.Errorf("throughput %.0f Mbit/s, want about the slower hop's %.0f", res.Throughput/1e6, slow/1e6)
+			// The slower hop's rate after slow start: a loss recovery in
+			// slow start can cost a short flow much of its average, so the
+			// flow's own throughput is only bounded from above.
+			var rate float64
+			if n := len(hot); n > 1 && hot[n-1].At > hot[0].At {
+				rate = float64(sentDelta(hot)) * 8 / (hot[n-1].At - hot[0].At).Seconds()
+			}
+			if rate < 0.7*slow || rate > 1.05*slow || res.Throughput > 1.05*slow {
+				t.Errorf("the slower hop sent at %.0f Mbit/s after slow start and the flow averaged %.0f Mbit/s; want about the slower hop's %.0f",
+					rate/1e6, res.Throughput/1e6, slow/1e6)
 			}
 			if hs.Mean < 100<<10 {
 				t.Errorf("the slower hop's queue averaged only %.0f B", hs.Mean)
