@@ -91,14 +91,7 @@ func TestACKPaddingFreshensEchoes(t *testing.T) {
 
 	median := map[bool]time.Duration{}
 	for _, pad := range []bool{false, true} {
-		var hop *Hop
-		if err := d.Router.Do(func() (err error) {
-			hop, err = NewHop(HopConfig{Iface: d.BottleneckIface, RateBps: d.Config.BottleneckRate,
-				BufferBytes: d.Config.BufferBytes, BurstBytes: d.BurstBytes(), ACKPadding: pad})
-			return err
-		}); err != nil {
-			t.Fatalf("attach INT hop: %v", err)
-		}
+		hop := newHopOn(t, d, 0, pad)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		agesCh := echoAges(t, ctx, d.Senders[0], 20000)
 		flow, ferr := testbed.SendFlow(ctx, d.Senders[0], sink.Addr, testbed.FlowConfig{CC: "cubic", Bytes: 64 << 20, Seed: 7, Timeout: 25 * time.Second})

@@ -190,14 +190,7 @@ func TestIncastINT(t *testing.T) {
 	// hpcc again with ACK padding.
 	var runs []incastRun
 	for _, pad := range []bool{false, true} {
-		var hop *Hop
-		if err := d.Router.Do(func() (err error) {
-			hop, err = NewHop(HopConfig{Iface: d.BottleneckIface, RateBps: d.Config.BottleneckRate,
-				BufferBytes: d.Config.BufferBytes, BurstBytes: d.BurstBytes(), ACKPadding: pad})
-			return err
-		}); err != nil {
-			t.Fatalf("attach INT hop: %v", err)
-		}
+		hop := newHopOn(t, d, 0, pad)
 		ccs := []string{"cubic", "powertcp", "hpcc"}
 		if pad {
 			ccs = ccs[1:]

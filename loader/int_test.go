@@ -40,23 +40,32 @@ func enableINTForTest(t testing.TB, l *Loader, cfg INTConfig) *INTStatus {
 	return st
 }
 
-// hopForTest attaches an INT hop to the dumbbell's bottleneck.
+// hopForTest attaches an INT hop to the dumbbell's bottleneck, detached
+// when the test ends.
 func hopForTest(t testing.TB, d *testbed.Dumbbell, ecn uint32) *Hop {
 	t.Helper()
-	var hop *Hop
-	err := d.Router.Do(func() (err error) {
-		hop, err = NewHop(HopConfig{Iface: d.BottleneckIface, RateBps: d.Config.BottleneckRate,
-			BufferBytes: d.Config.BufferBytes, BurstBytes: d.BurstBytes(), ECNThreshold: ecn})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("attach INT hop: %v", err)
-	}
+	hop := newHopOn(t, d, ecn, false)
 	t.Cleanup(func() {
 		if err := hop.Close(); err != nil {
 			t.Errorf("detach INT hop: %v", err)
 		}
 	})
+	return hop
+}
+
+// newHopOn attaches an INT hop, with ACK padding if pad, to the dumbbell's
+// bottleneck; the caller closes it.
+func newHopOn(t testing.TB, d *testbed.Dumbbell, ecn uint32, pad bool) *Hop {
+	t.Helper()
+	var hop *Hop
+	err := d.Router.Do(func() (err error) {
+		hop, err = NewHop(HopConfig{Iface: d.BottleneckIface, RateBps: d.Config.BottleneckRate,
+			BufferBytes: d.Config.BufferBytes, BurstBytes: d.BurstBytes(), ECNThreshold: ecn, ACKPadding: pad})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("attach INT hop: %v", err)
+	}
 	return hop
 }
 
