@@ -64,6 +64,8 @@ type kernelResult struct {
 	Packages      []pkgResult `json:"packages"`
 	Error         string      `json:"error,omitempty"`
 	ConsoleLogLoc string      `json:"console_log"`
+	// Notes say what happened beside the tests, e.g. a retried boot.
+	Notes []string `json:"notes,omitempty"`
 }
 
 func (k kernelResult) ok() bool {
