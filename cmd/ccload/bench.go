@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -66,6 +67,9 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 			}
 			if scenario == "" {
 				return usageError{cmd: "bench", err: fmt.Errorf("--scenario is required: one of %s, all", strings.Join(bench.Scenarios(), ", "))}
+			}
+			if scenario != "all" && !slices.Contains(bench.Scenarios(), scenario) {
+				return usageError{cmd: "bench", err: fmt.Errorf("--scenario %q: use one of %s, all", scenario, strings.Join(bench.Scenarios(), ", "))}
 			}
 			bps, err := loader.ParseBandwidth(rate)
 			if err != nil {
