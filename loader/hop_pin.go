@@ -146,21 +146,6 @@ func currentNetns() (uint64, error) {
 	return st.Ino, nil
 }
 
-// findIface returns the interface called name in the calling thread's
-// network namespace, or nil.
-func findIface(name string) (*net.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("list network interfaces: %w", err)
-	}
-	for i := range ifs {
-		if ifs[i].Name == name {
-			return &ifs[i], nil
-		}
-	}
-	return nil, nil
-}
-
 // hopPinPath is the pin of the attachment on side dir in a hop's
 // directory.
 func hopPinPath(dir string, side qdisc.Direction) string {
@@ -279,7 +264,7 @@ func (l *Loader) AttachHop(cfg HopConfig) (_ *HopStatus, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ifi, err := findIface(cfg.Iface)
+	ifi, err := qdisc.LookupInterface(cfg.Iface)
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +380,7 @@ func (l *Loader) DetachHop(iface string) (bool, error) {
 		return false, err
 	}
 	ifindex := 0
-	ifi, err := findIface(iface)
+	ifi, err := qdisc.LookupInterface(iface)
 	if err != nil {
 		return false, err
 	}

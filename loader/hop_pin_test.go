@@ -105,7 +105,7 @@ func readTCEgress(t testing.TB, h *testbed.Host, iface string) tcEgress {
 	t.Helper()
 	var s tcEgress
 	err := h.Do(func() error {
-		ifi, err := findIface(iface)
+		ifi, err := qdisc.LookupInterface(iface)
 		if err != nil || ifi == nil {
 			return errors.Join(err, errors.New("no such interface"))
 		}

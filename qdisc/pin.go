@@ -124,7 +124,7 @@ func InspectPinned(iface string, dir Direction, path string) (PinnedAttachment, 
 		}
 		res.Method, res.ProgramID = MethodTCX, info.Program
 		if ifindex := info.TCX().Ifindex; ifindex != 0 {
-			ifi, err := lookupIface(iface)
+			ifi, err := LookupInterface(iface)
 			if err != nil {
 				return res, err
 			}
@@ -138,7 +138,7 @@ func InspectPinned(iface string, dir Direction, path string) (PinnedAttachment, 
 		return res, err
 	}
 	res.Method, res.ProgramID = MethodClsact, id
-	ifi, err := lookupIface(iface)
+	ifi, err := LookupInterface(iface)
 	if err != nil || ifi == nil {
 		return res, err
 	}
@@ -187,7 +187,7 @@ func detachPinnedLink(lnk link.Link, iface string, dir Direction, path string) e
 		return err
 	}
 	if ifindex := info.TCX().Ifindex; ifindex != 0 {
-		ifi, err := lookupIface(iface)
+		ifi, err := LookupInterface(iface)
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func detachPinnedProgram(prog *ebpf.Program, iface string, dir Direction, path s
 	if err != nil {
 		return err
 	}
-	ifi, err := lookupIface(iface)
+	ifi, err := LookupInterface(iface)
 	if err != nil {
 		return err
 	}
@@ -290,9 +290,11 @@ func clsProgramID(prog *ebpf.Program, path string) (ebpf.ProgramID, error) {
 	return id, nil
 }
 
-// lookupIface finds the interface called name in the calling thread's
-// network namespace, or returns nil when there is none.
-func lookupIface(name string) (*net.Interface, error) {
+// LookupInterface finds the interface called name in the calling thread's
+// network namespace, or returns nil (and no error) when there is none.
+// Unlike net.InterfaceByName it tells "no such interface" apart from a
+// failure to list them.
+func LookupInterface(name string) (*net.Interface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, fmt.Errorf("list network interfaces: %w", err)
