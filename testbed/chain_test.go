@@ -229,31 +229,7 @@ func TestChainReachability(t *testing.T) {
 
 	hosts := append([]*Host{c.Router1, c.Router2, c.Receiver}, c.Senders...)
 	hosts = append(hosts, c.CrossSenders...)
-	for _, dst := range hosts {
-		for _, family := range []struct {
-			name string
-			addr netip.Addr
-		}{{"ipv4", dst.Addr}, {"ipv6", dst.Addr6}} {
-			sink := startTestSink(t, dst, netip.AddrPortFrom(family.addr, 0))
-			for _, src := range hosts {
-				if src == dst {
-					continue
-				}
-				_, err := SendFlow(testContext(t), src, sink.Addr, FlowConfig{Bytes: 4 << 10, Timeout: 5 * time.Second})
-				if err != nil {
-					t.Errorf("%s %s -> %s: %v", family.name, src.Name, dst.Name, err)
-				}
-			}
-			if err := sink.Close(); err != nil {
-				t.Errorf("close sink: %v", err)
-			}
-			for _, r := range sink.Results() {
-				if !r.OK {
-					t.Errorf("%s flow to %s from %s: %v", family.name, dst.Name, r.Remote, r.Err)
-				}
-			}
-		}
-	}
+	checkReachability(t, hosts)
 }
 
 // TestChainLayout checks the addresses and the qdiscs of both hops.
