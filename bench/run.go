@@ -46,6 +46,8 @@ type runner struct {
 	baseRTT  time.Duration
 	progress io.Writer
 	builtin  map[string]*loader.CC
+	// builtinNames are ccload's CC names, sorted.
+	builtinNames []string
 }
 
 func (r *runner) say(format string, args ...any) {
@@ -74,8 +76,9 @@ func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) 
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
 	r := &runner{cfg: cfg, l: l, progress: progress, builtin: map[string]*loader.CC{}}
-	for _, cc := range loader.Builtin() {
+	for _, cc := range loader.Builtin() { // sorted by name
 		r.builtin[cc.Name] = cc
+		r.builtinNames = append(r.builtinNames, cc.Name)
 	}
 	undo, err := r.prepareCCs()
 	defer func() { err = errors.Join(err, undo()) }()
@@ -159,7 +162,7 @@ func (r *runner) prepareCCs() (func() error, error) {
 		if _, ok := r.builtin[name]; !ok {
 			if !slices.Contains(kernel, name) {
 				return undo, fmt.Errorf("the kernel has no congestion control %q (it has: %s; ccload's: %s)",
-					name, strings.Join(kernel, " "), strings.Join(builtinNames(r.builtin), " "))
+					name, strings.Join(kernel, " "), strings.Join(r.builtinNames, " "))
 			}
 			continue
 		}
@@ -173,15 +176,6 @@ func (r *runner) prepareCCs() (func() error, error) {
 		}
 	}
 	return undo, nil
-}
-
-func builtinNames(m map[string]*loader.CC) []string {
-	var names []string
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // measureBaseRTT sends a small flow on the idle path and keeps its
