@@ -129,6 +129,7 @@ func TestTimedFlow(t *testing.T) {
 			if tt.ipv6 {
 				dst = d.Receiver.Addr6
 			}
+			warmUpPath(t, d.Senders[0], d.Receiver, dst)
 			sink := startTestSink(t, d.Receiver, netip.AddrPortFrom(dst, 0))
 			cfg := FlowConfig{CC: "cubic", For: tt.d, Seed: uint64(100 + i), Timeout: 15 * time.Second}
 			res, err := SendFlow(testContext(t), d.Senders[0], sink.Addr, cfg)
