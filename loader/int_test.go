@@ -78,6 +78,9 @@ type captured struct {
 	frame []byte // the whole frame
 }
 
+// captureBufferBytes is the receive buffer of capture's socket.
+const captureBufferBytes = 64 << 20
+
 // capture reads up to max packets from every interface of h (not lo)
 // until ctx ends, with an AF_PACKET socket opened inside h's netns.
 func capture(t testing.TB, ctx context.Context, h *testbed.Host, max int) <-chan []captured {
@@ -89,6 +92,13 @@ func capture(t testing.TB, ctx context.Context, h *testbed.Host, max int) <-chan
 		return err
 	}); err != nil {
 		t.Fatalf("AF_PACKET socket: %v", err)
+	}
+	// Room for many whole GSO frames: with the default buffer the kernel
+	// drops frames while the reader is behind, and a test that wants the
+	// newest segment of a flow would get an older one.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, captureBufferBytes); err != nil {
+		unix.Close(fd)
+		t.Fatalf("AF_PACKET receive buffer: %v", err)
 	}
 	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
