@@ -133,12 +133,19 @@ func pollOnGrid(ctx context.Context, start time.Time, interval time.Duration, ma
 const maxSleepChunk = 10 * time.Millisecond
 
 // sleepUntil blocks the calling thread until deadline and reports true, or
-// reports false as soon as ctx is done.
+// reports false as soon as ctx is done, or at once when deadline is not
+// before ctx's own deadline.
 //
 // The Go runtime rounds timer waits up to whole milliseconds when the
 // process is otherwise idle, so sub-millisecond intervals sleep in
 // nanosleep(2) on the (locked) thread instead.
 func sleepUntil(ctx context.Context, deadline time.Time) bool {
+	// A slot at or past ctx's own deadline is not slept for: the context's
+	// timer can fire late on a busy machine, and the sampler must not
+	// outlive the time it was given.
+	if end, ok := ctx.Deadline(); ok && !deadline.Before(end) {
+		return false
+	}
 	// Each iteration sleeps until the deadline or for maxSleepChunk, or is
 	// cut short by a signal; the deadline bounds the loop.
 	for {
