@@ -176,6 +176,9 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 	bool update_wc;
 	__u64 w;
 
+	/* The SYN-ACK of an active open is processed before init() runs. */
+	if (!(ca->flags & HPCC_COUNTED))
+		return;
 	stat_add(&stats, STAT_ACKS, 1);
 	if (!p)
 		return;
@@ -198,9 +201,9 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 	w = hpcc_window(ca, p, t, update_wc);
 	if (update_wc)
 		ca->last_update_seq = tp->snd_nxt;
-	/* As PowerTCP: grow only a window that is used (2 x max_packets_out). */
+	/* As PowerTCP: grow only a window that is used. */
 	if (w > ca->w)
-		w = max_u64(ca->w, min_u64(w, 2ULL * tp->max_packets_out * mss));
+		w = max_u64(ca->w, min_u64(w, 2 * cc_used_window(sk, rs, t)));
 	ca->w = max_u64(w, 2ULL * mss);
 	stat_add(&stats, STAT_CWND_UPDATES, 1);
 	cc_set_window(sk, ca->w, t);

@@ -107,6 +107,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_ack_begin(sk, ca);
 	struct int_sk *st;
+	__u32 tau, elapsed;
 
 	if (!p)
 		return;
@@ -124,22 +125,29 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	 * does not take the congested RTT for its base RTT.
 	 */
 	int_track_base_rtt(&ca->min_rtt_us, rs->rtt_us, st);
+	tau = power_tau(p, ca, power_burst_us(sk, p));
 	if (st->echo_seq != ca->prev.echo_seq) {
 		stat_add(&stats, STAT_INT_SAMPLES, 1);
-		int_power(ca, st, power_tau(p, ca, power_burst_us(sk, p)), sk->sk_gso_max_size);
+		int_power(ca, st, tau, sk->sk_gso_max_size);
 	}
 
 	/*
-	 * UPDATEWINDOW on every ACK; UPDATEOLD once per RTT: when the ACK
-	 * covers what was sent since the last remember, or, while loss
-	 * recovery holds snd_una back, when an srtt has passed. Without the
-	 * second rule a flow in recovery would keep dividing a stale, large
-	 * cwnd_old, and hold its share of a queue it should drain.
+	 * UPDATEWINDOW on every ACK; UPDATEOLD once per RTT, and no more
+	 * often than once per τ: when τ has passed and the ACK covers what
+	 * was sent since the last remember, or, while loss recovery holds
+	 * snd_una back, when an srtt has passed too. Without the second rule
+	 * a flow in recovery would keep dividing a stale, large cwnd_old, and
+	 * hold its share of a queue it should drain. The τ bound matters when
+	 * τ is floored above the RTT (one GSO burst at host_bw): the flow
+	 * paces at cwnd/τ, so a window change shows in the telemetry only
+	 * about τ later, and remembering cwnd_old every RTT would compound
+	 * cwnd_old/Γ several times on the same stale Γ and oscillate.
 	 */
-	power_update_window(sk, ca, p);
+	power_update_window(sk, ca, p, rs);
 	TRACE_ACK(sk, ca->cwnd, ca->power, int_max_qlen(st), rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_INT);
-	if (!seq_before(tp->snd_una, ca->last_update_seq) ||
-	    (__u32)tp->tcp_mstamp - ca->old_stamp_us > (tp->srtt_us >> 3)) {
+	elapsed = (__u32)tp->tcp_mstamp - ca->old_stamp_us;
+	if (elapsed >= tau && (!seq_before(tp->snd_una, ca->last_update_seq) ||
+			       elapsed > (tp->srtt_us >> 3))) {
 		ca->cwnd_old = ca->cwnd;
 		ca->last_update_seq = tp->snd_nxt;
 		ca->old_stamp_us = (__u32)tp->tcp_mstamp;

@@ -212,6 +212,32 @@ static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
 }
 
 /*
+ * The largest window, in bytes, that a flow has shown it can use: the most
+ * data it had in flight during the last window (tp->max_packets_out), or
+ * what it delivers in tau_us at the delivery rate this ACK measured,
+ * whichever is larger. The CCs let a window grow to at most twice this,
+ * as the kernel's own cwnd-limited test does in slow start, so a flow held
+ * back by the application or the CPU cannot double its window every RTT
+ * without bound. The rate term matters for paced flows whose τ is longer
+ * than the RTT (τ floored at one GSO burst): such a flow has only
+ * rate·RTT in flight, far below its window, yet uses all of rate = cwnd/τ.
+ */
+static __always_inline __u64 cc_used_window(const struct sock *sk,
+					    const struct rate_sample *rs, __u32 tau_us)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	__u64 mss = tp->mss_cache ?: 1;
+	__u64 used = (__u64)tp->max_packets_out * mss, paced;
+
+	if (rs->delivered > 0 && rs->interval_us > 0) {
+		paced = (__u64)rs->delivered * mss * tau_us / (__u64)rs->interval_us;
+		if (paced > used)
+			used = paced;
+	}
+	return used;
+}
+
+/*
  * Writes a window of cwnd bytes to the socket (at least 2 packets, at most
  * snd_cwnd_clamp) and paces at cwnd/τ, capped by SO_MAX_PACING_RATE. For
  * CCs with cong_control, which the kernel leaves to set pacing themselves.

@@ -176,13 +176,20 @@ static __always_inline void theta_rtt_power(struct power_ca *ca,
 
 /*
  * Starts an ACK: counts it, and adopts the kernel's window after an RTO.
- * Returns the parameters, or NULL when there are none (never, in practice).
+ * Returns the parameters, or NULL when there is nothing to do: init() has
+ * not run yet, or there are no parameters (never, in practice).
  */
 static __always_inline struct power_params *power_ack_begin(struct sock *sk, struct power_ca *ca)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_params();
 
+	/*
+	 * An active open's SYN-ACK is ACK-processed before the kernel calls
+	 * init(): nothing to control yet (and no window to divide).
+	 */
+	if (!(ca->flags & POWER_COUNTED))
+		return NULL;
 	stat_add(&stats, STAT_ACKS, 1);
 	if (p && (ca->flags & POWER_RESYNC)) {
 		ca->cwnd = (__u64)tp->snd_cwnd * (tp->mss_cache ?: 1);
@@ -217,7 +224,8 @@ static __always_inline bool theta_ack_power(struct sock *sk, struct power_ca *ca
  * and when cwnd_old moves on.
  */
 static __always_inline void power_update_window(struct sock *sk, struct power_ca *ca,
-						const struct power_params *p)
+						const struct power_params *p,
+						const struct rate_sample *rs)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u32 mss = tp->mss_cache ?: 1;
@@ -232,14 +240,12 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 	target = ca->cwnd_old * FP_ONE / (__u64)ca->power + beta;
 	cwnd = (gamma * target + (FP_ONE - gamma) * ca->cwnd) >> FP_SHIFT;
 	/*
-	 * Grow only a window that is used: at most twice the most data in
-	 * flight during the last window (tp->max_packets_out), as the kernel's
-	 * own cwnd-limited test does in slow start. A flow held back by the
-	 * application or the CPU sees low RTTs and Γ < 1, and its window would
-	 * otherwise double every RTT without bound.
+	 * Grow only a window that is used (cc_used_window): a flow held back
+	 * by the application or the CPU sees low RTTs and Γ < 1, and its
+	 * window would otherwise double every RTT without bound.
 	 */
 	if (cwnd > ca->cwnd)
-		cwnd = max_u64(ca->cwnd, min_u64(cwnd, 2ULL * tp->max_packets_out * mss));
+		cwnd = max_u64(ca->cwnd, min_u64(cwnd, 2 * cc_used_window(sk, rs, tau)));
 	cwnd = max_u64(cwnd, 2ULL * mss);
 
 	ca->cwnd = cwnd;
@@ -258,7 +264,7 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 		return;
 	theta_ack_power(sk, ca, p, rs);
 	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
-		power_update_window(sk, ca, p);
+		power_update_window(sk, ca, p, rs);
 		ca->cwnd_old = ca->cwnd;
 		ca->last_update_seq = tp->snd_nxt;
 	}
