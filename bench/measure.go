@@ -42,6 +42,7 @@ func (r *runner) runCC(ctx context.Context, cc string, costs *programCosts) (res
 func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (res CCResult, s ccSeries, err error) {
 	c := r.cfg
 	res.CC, s.cc = cc, cc
+	res.Params = r.params[cc]
 	closeSink, err := r.startSink(ctx, cc)
 	if err != nil {
 		return res, s, err

@@ -75,6 +75,9 @@ type CCResult struct {
 	// owner reported back (DCTCP hands a socket without ECN to reno).
 	CC        string   `json:"cc"`
 	KernelCCs []string `json:"kernel_ccs"`
+	// Params are the parameters of a ccload CC as it ran (ccload attach
+	// --param); absent for the kernel's CCs.
+	Params map[string]string `json:"params,omitempty"`
 	// INT tells whether INT tagging was on for this CC's run.
 	INT bool `json:"int"`
 	// ThroughputBps is the rate the bottleneck sent at over the run,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -48,6 +49,8 @@ type runner struct {
 	builtin  map[string]*loader.CC
 	// builtinNames are ccload's CC names, sorted.
 	builtinNames []string
+	// params holds the parameters of ccload's CCs as they ran, by name.
+	params map[string]map[string]string
 }
 
 func (r *runner) say(format string, args ...any) {
@@ -75,7 +78,7 @@ func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) 
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
-	r := &runner{cfg: cfg, l: l, progress: progress, builtin: map[string]*loader.CC{}}
+	r := &runner{cfg: cfg, l: l, progress: progress, builtin: map[string]*loader.CC{}, params: map[string]map[string]string{}}
 	for _, cc := range loader.Builtin() { // sorted by name
 		r.builtin[cc.Name] = cc
 		r.builtinNames = append(r.builtinNames, cc.Name)
@@ -142,7 +145,10 @@ func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) 
 }
 
 // prepareCCs checks every CC name and attaches the built-in ones that are
-// not attached. The returned function detaches what it attached.
+// not attached, with host_bw set to the bottleneck's rate: the emulated
+// hosts' NICs are as fast as the fabric, as in the papers' topologies. CCs
+// the user attached keep their parameters. The returned function detaches
+// what it attached.
 func (r *runner) prepareCCs() (func() error, error) {
 	var attached []string
 	undo := func() error {
@@ -166,16 +172,53 @@ func (r *runner) prepareCCs() (func() error, error) {
 			}
 			continue
 		}
-		res, err := r.l.Attach(loader.AttachRequest{Name: name})
+		req := loader.AttachRequest{Name: name}
+		if ok, err := r.isAttached(name); err != nil {
+			return undo, err
+		} else if _, has := r.builtin[name].Param(hostBWParam); has && !ok {
+			req.Params = map[string]string{hostBWParam: loader.FormatBandwidth(r.cfg.RateBps)}
+		}
+		res, err := r.l.Attach(req)
 		if err != nil {
 			return undo, fmt.Errorf("attach %s: %w", name, err)
 		}
+		r.params[name] = res.Params
 		if !res.AlreadyAttached {
 			attached = append(attached, name)
-			r.say("attached %s for the bench", name)
+			r.say("attached %s for the bench (%s)", name, formatParams(res.Params))
+		} else {
+			r.say("%s is attached already; the bench uses its parameters (%s)", name, formatParams(res.Params))
 		}
 	}
 	return undo, nil
+}
+
+// hostBWParam is the parameter of ccload's CCs that holds the host's NIC
+// rate.
+const hostBWParam = "host_bw"
+
+// isAttached tells whether ccload's CC name is attached already.
+func (r *runner) isAttached(name string) (bool, error) {
+	list, err := r.l.List()
+	if err != nil {
+		return false, fmt.Errorf("list attached CCs: %w", err)
+	}
+	for _, st := range list {
+		if st.Name == name {
+			return st.Attached, nil
+		}
+	}
+	return false, nil
+}
+
+// formatParams prints parameters as name=value, sorted by name.
+func formatParams(p map[string]string) string {
+	keys := slices.Sorted(maps.Keys(p))
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k + "=" + p[k]
+	}
+	return strings.Join(out, " ")
 }
 
 // measureBaseRTT sends a small flow on the idle path and keeps its
