@@ -145,10 +145,13 @@ func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) 
 }
 
 // prepareCCs checks every CC name and attaches the built-in ones that are
-// not attached, with host_bw set to the bottleneck's rate: the emulated
-// hosts' NICs are as fast as the fabric, as in the papers' topologies. CCs
-// the user attached keep their parameters. The returned function detaches
-// what it attached.
+// not attached. Those that read INT get host_bw = the bottleneck's rate:
+// the emulated hosts' NICs are as fast as the fabric, as in the papers'
+// topologies. θ-PowerTCP keeps host_bw=auto: its power is RTT/τ, and the
+// τ floor of one GSO burst at 1 Gbit/s (524 µs) lies far above this
+// testbed's RTT, so it would hold that difference as queue. CCs the user
+// attached keep their parameters. The returned function detaches what it
+// attached.
 func (r *runner) prepareCCs() (func() error, error) {
 	var attached []string
 	undo := func() error {
@@ -175,7 +178,7 @@ func (r *runner) prepareCCs() (func() error, error) {
 		req := loader.AttachRequest{Name: name}
 		if ok, err := r.isAttached(name); err != nil {
 			return undo, err
-		} else if _, has := r.builtin[name].Param(hostBWParam); has && !ok {
+		} else if _, has := r.builtin[name].Param(hostBWParam); has && !ok && r.builtin[name].UsesINT {
 			req.Params = map[string]string{hostBWParam: loader.FormatBandwidth(r.cfg.RateBps)}
 		}
 		res, err := r.l.Attach(req)
