@@ -301,7 +301,7 @@ func TestIncastINT(t *testing.T) {
 		}
 		drain, limit := r.drainAfterPeak(), drainRTTs*r.peakRTT()
 		if drain < 0 || drain > limit {
-			t.Errorf("%s's queue took %v after its peak to drain to %d KiB, more than %d RTTs at the peak (%v)",
+			t.Errorf("%s's queue took %v after its peak (or the last sender's start) to drain to %d KiB, more than %d RTTs at the peak (%v)",
 				r.cc, drain, nearZeroQueue>>10, drainRTTs, limit)
 		} else if u := r.utilisation(r.incastAt+r.drainTime(), 500*time.Millisecond); u < minUtilisation {
 			t.Errorf("%s kept the bottleneck %.0f%% busy after the drain, less than %.0f%%", r.cc, u*100, minUtilisation*100)
