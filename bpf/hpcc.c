@@ -82,7 +82,7 @@ static __always_inline __u32 hpcc_t(const struct sock *sk, const struct hpcc_par
 	if (p->base_rtt_us)
 		return p->base_rtt_us;
 	t = ca->min_rtt_us ?: HPCC_FALLBACK_RTT_US;
-	floor_us = (__u64)sk->sk_gso_max_size * 8 * USEC_PER_SEC / (p->host_bw_bps ?: 1);
+	floor_us = cc_gso_burst_us(sk, p->host_bw_bps);
 	return t > floor_us ? t : floor_us;
 }
 

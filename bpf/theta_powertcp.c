@@ -15,7 +15,7 @@
  *
  * τ is the base_rtt parameter or, when it is 0, the flow's minimum smoothed
  * RTT (see power_track_base_rtt), but no less than the time one GSO burst
- * takes at host_bw (see power_burst_us).
+ * takes at host_bw (see cc_gso_burst_us).
  * β = host_bw · τ / expected_flows unless beta_bytes is set.
  * A flow starts at line rate: cwnd = host_bw · τ.
  *

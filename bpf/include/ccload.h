@@ -212,6 +212,19 @@ static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
 }
 
 /*
+ * The time the host needs to send one full GSO burst at bw_bps, in µs:
+ * the floor of a tracked τ (powertcp, theta_powertcp, hpcc). A window
+ * smaller than one burst cannot keep the host busy, and a flow whose
+ * window is that small sees RTTs of lone packets, far below the RTT of a
+ * full window: without the floor, such a flow takes the low RTT as its τ
+ * and never leaves the small window.
+ */
+static __always_inline __u32 cc_gso_burst_us(const struct sock *sk, __u64 bw_bps)
+{
+	return (__u64)sk->sk_gso_max_size * 8 * USEC_PER_SEC / (bw_bps ?: 1);
+}
+
+/*
  * The largest window, in bytes, that a flow has shown it can use: the most
  * data it had in flight during the last window (tp->max_packets_out), or
  * what it delivers in tau_us at the delivery rate this ACK measured,

@@ -73,19 +73,11 @@ static __always_inline struct power_params *power_params(void)
 }
 
 
-/*
- * The time the host needs to send one full GSO burst at host_bw: the
- * floor of a tracked τ. A window smaller than one burst cannot keep the
- * host busy, and a flow whose window is that small sees RTTs of lone
- * packets, far below the RTT of a full window: without the floor, such a
- * flow takes the low RTT as its τ and never leaves the small window.
- */
+/* The floor of a tracked τ: one GSO burst at host_bw (cc_gso_burst_us). */
 static __always_inline __u32 power_burst_us(const struct sock *sk,
 					    const struct power_params *p)
 {
-	__u64 bw = p->host_bw_bps ?: 1;
-
-	return (__u64)sk->sk_gso_max_size * 8 * USEC_PER_SEC / bw;
+	return cc_gso_burst_us(sk, p->host_bw_bps);
 }
 
 static __always_inline __u32 power_tau(const struct power_params *p,
