@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -167,6 +166,14 @@ func (r *runner) prepareCCs() (func() error, error) {
 	if err != nil {
 		return undo, err
 	}
+	list, err := r.l.List()
+	if err != nil {
+		return undo, fmt.Errorf("list attached CCs: %w", err)
+	}
+	attachedBefore := map[string]bool{}
+	for _, st := range list {
+		attachedBefore[st.Name] = st.Attached
+	}
 	for _, name := range r.cfg.CCs {
 		if _, ok := r.builtin[name]; !ok {
 			if !slices.Contains(kernel, name) {
@@ -176,9 +183,7 @@ func (r *runner) prepareCCs() (func() error, error) {
 			continue
 		}
 		req := loader.AttachRequest{Name: name}
-		if ok, err := r.isAttached(name); err != nil {
-			return undo, err
-		} else if _, has := r.builtin[name].Param(hostBWParam); has && !ok && r.builtin[name].UsesINT {
+		if _, has := r.builtin[name].Param(hostBWParam); has && !attachedBefore[name] && r.builtin[name].UsesINT {
 			req.Params = map[string]string{hostBWParam: loader.FormatBandwidth(r.cfg.RateBps)}
 		}
 		res, err := r.l.Attach(req)
@@ -188,9 +193,9 @@ func (r *runner) prepareCCs() (func() error, error) {
 		r.params[name] = res.Params
 		if !res.AlreadyAttached {
 			attached = append(attached, name)
-			r.say("attached %s for the bench (%s)", name, formatParams(res.Params))
+			r.say("attached %s for the bench (%s)", name, loader.ParamsString(res.Params))
 		} else {
-			r.say("%s is attached already; the bench uses its parameters (%s)", name, formatParams(res.Params))
+			r.say("%s is attached already; the bench uses its parameters (%s)", name, loader.ParamsString(res.Params))
 		}
 	}
 	return undo, nil
@@ -199,30 +204,6 @@ func (r *runner) prepareCCs() (func() error, error) {
 // hostBWParam is the parameter of ccload's CCs that holds the host's NIC
 // rate.
 const hostBWParam = "host_bw"
-
-// isAttached tells whether ccload's CC name is attached already.
-func (r *runner) isAttached(name string) (bool, error) {
-	list, err := r.l.List()
-	if err != nil {
-		return false, fmt.Errorf("list attached CCs: %w", err)
-	}
-	for _, st := range list {
-		if st.Name == name {
-			return st.Attached, nil
-		}
-	}
-	return false, nil
-}
-
-// formatParams prints parameters as name=value, sorted by name.
-func formatParams(p map[string]string) string {
-	keys := slices.Sorted(maps.Keys(p))
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = k + "=" + p[k]
-	}
-	return strings.Join(out, " ")
-}
 
 // measureBaseRTT sends a small flow on the idle path and keeps its
 // minimum RTT.

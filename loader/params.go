@@ -3,6 +3,7 @@ package loader
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -405,4 +406,15 @@ func paramNames(specs []ParamSpec) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// ParamsString renders parameters as "name=value" pairs, sorted by name and
+// separated by spaces, as ccload prints them.
+func ParamsString(params map[string]string) string {
+	keys := slices.Sorted(maps.Keys(params))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + params[k]
+	}
+	return strings.Join(parts, " ")
 }

@@ -233,3 +233,18 @@ func TestLookupUnknown(t *testing.T) {
 		t.Fatal("unknown-CC error has no fix")
 	}
 }
+
+func TestParamsString(t *testing.T) {
+	for _, tc := range []struct {
+		in   map[string]string
+		want string
+	}{
+		{nil, ""},
+		{map[string]string{"gamma": "0.9"}, "gamma=0.9"},
+		{map[string]string{"host_bw": "1gbit", "beta": "0", "gamma": "0.9"}, "beta=0 gamma=0.9 host_bw=1gbit"},
+	} {
+		if got := ParamsString(tc.in); got != tc.want {
+			t.Errorf("ParamsString(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -55,7 +54,7 @@ when attached) and its counters.`,
 					att = "stale pins"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\t%s\n", s.Name, att, yesNo(s.Default),
-					s.SocketsInUse, s.Stats["acks"], formatKV(s.Params))
+					s.SocketsInUse, s.Stats["acks"], loader.ParamsString(s.Params))
 			}
 			tw.Flush()
 			fmt.Fprintf(a.out, "\nregistered in the kernel: %s\n", strings.Join(kernel, " "))
@@ -154,7 +153,7 @@ Parameters (--param name=value, repeatable or comma-separated):` + paramHelp(),
 				fmt.Fprintf(a.out, "attached %s (%s registration, %s), pinned at %s\n",
 					res.Name, res.Registration, res.CongControl, res.PinDir)
 			}
-			fmt.Fprintf(a.out, "parameters: %s\n", formatKV(res.Params))
+			fmt.Fprintf(a.out, "parameters: %s\n", loader.ParamsString(res.Params))
 			if res.Default {
 				fmt.Fprintf(a.out, "net.ipv4.tcp_congestion_control = %s\n", res.Name)
 			} else {
@@ -202,7 +201,7 @@ Parameters:` + paramHelp(),
 					Params map[string]string `json:"params"`
 				}{args[0], vals})
 			}
-			fmt.Fprintf(a.out, "%s parameters: %s\n", args[0], formatKV(vals))
+			fmt.Fprintf(a.out, "%s parameters: %s\n", args[0], loader.ParamsString(vals))
 			return nil
 		},
 	}
@@ -252,17 +251,4 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
-}
-
-func formatKV(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, " ")
 }

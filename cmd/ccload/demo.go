@@ -123,7 +123,7 @@ func (a *app) runDemo(ctx context.Context, ccs []string, rate uint64, buffer uin
 				return nil, fmt.Errorf("attach %s: %w", name, err)
 			}
 			if !res.AlreadyAttached {
-				say("attached %s for the demo (%s)", name, formatKV(res.Params))
+				say("attached %s for the demo (%s)", name, loader.ParamsString(res.Params))
 				defer func() {
 					if _, derr := l.Detach(name); derr != nil && err == nil {
 						err = fmt.Errorf("detach %s after the demo: %w", name, derr)
