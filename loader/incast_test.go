@@ -43,14 +43,16 @@ const (
 	incastExpectedFlows = "32"
 )
 
-// gsoPacketTime is one 64 KiB GSO packet's time at the bottleneck rate.
-var gsoPacketTime = time.Duration(float64(64<<10) * 8 / bottleneckRate * float64(time.Second))
+// lineTime is how long the bottleneck takes to send n bytes.
+func lineTime(n uint64) time.Duration {
+	return time.Duration(float64(n) * 8 / bottleneckRate * float64(time.Second))
+}
 
-// peakRTT is the RTT at the queue's peak: gsoPacketTime plus the peak's
-// queueing delay.
+// peakRTT is the RTT at the queue's peak: one 64 KiB GSO packet's time at
+// the bottleneck rate plus the peak's queueing delay.
 func (r incastRun) peakRTT() time.Duration {
 	peak, _ := r.peak()
-	return gsoPacketTime + time.Duration(float64(peak)*8/bottleneckRate*float64(time.Second))
+	return lineTime(64<<10) + lineTime(uint64(peak))
 }
 
 // drainAfterPeak is how long after drainFrom the queue drained; -1 if it
