@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +13,10 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/telemetry/sockops"
 )
 
 // compileSchema compiles results.schema.json.
@@ -143,10 +144,9 @@ func netnsWithPrefix(t *testing.T, prefix string) []string {
 // and that nothing is left behind: no netns, no attached CC, no INT.
 func TestQuickScenarios(t *testing.T) {
 	testutil.RequireRoot(t)
-	host := loader.DefaultHost()
-	host.PinDir = fmt.Sprintf("ccload-benchtest-%d", os.Getpid())
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(host.BPFFS, host.PinDir)) })
-	l := loader.New(host)
+	host := testutil.Host(t)
+	n := sockops.New(host)
+	l := loader.New(host, loader.WithSharedMaps(n.Store()))
 	before, err := l.List()
 	if err != nil {
 		t.Fatal(err)
@@ -158,13 +158,13 @@ func TestQuickScenarios(t *testing.T) {
 			defer cancel()
 			cfg := Config{Scenario: sc, Quick: true, Prefix: "cbt"}
 			var progress bytes.Buffer
-			rep, err := Run(ctx, l, cfg, &progress)
+			rep, err := Run(ctx, l, n, cfg, &progress)
 			t.Logf("progress:\n%s", progress.String())
 			if left := netnsWithPrefix(t, "cbt"); len(left) > 0 {
 				t.Errorf("network namespaces left behind: %v", left)
 			}
 			if err != nil {
-				t.Fatalf("run: %v (fix: %s)", err, loader.FixOf(err))
+				t.Fatalf("run: %v (fix: %s)", err, kernel.FixOf(err))
 			}
 			var table bytes.Buffer
 			if err := rep.Table(&table); err != nil {
@@ -207,7 +207,7 @@ func TestQuickScenarios(t *testing.T) {
 	if len(after) != len(before) {
 		t.Errorf("attached CCs before the bench %v, after %v", before, after)
 	}
-	if st, err := l.INTStatus(); err != nil || st.Enabled {
+	if st, err := n.Status(); err != nil || st.Enabled {
 		t.Errorf("INT left enabled (%v)", err)
 	}
 }

@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/ccload/ccload/bench/stats"
+	"github.com/ccload/ccload/internal/units"
 	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/telemetry/hop"
+	"github.com/ccload/ccload/telemetry/sockops"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -40,9 +43,10 @@ type ccSeries struct {
 type runner struct {
 	cfg      Config
 	l        *loader.Loader
+	int      *sockops.INT
 	topo     *testbed.Dumbbell
 	sink     *testbed.Sink
-	hop      *loader.Hop
+	hop      *hop.Hop
 	baseRTT  time.Duration
 	progress io.Writer
 	builtin  map[string]*loader.CC
@@ -72,12 +76,12 @@ func intPeers() []netip.Prefix {
 // yet, and enables INT (for the testbed's prefixes) around the runs of CCs
 // that use it unless INT is already on; it undoes both before returning,
 // also on error or when ctx is cancelled. The topology is always torn down.
-func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) (_ *Report, err error) {
+func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, progress io.Writer) (_ *Report, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
-	r := &runner{cfg: cfg, l: l, progress: progress, builtin: map[string]*loader.CC{}, params: map[string]map[string]string{}}
+	r := &runner{cfg: cfg, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{}, params: map[string]map[string]string{}}
 	for _, cc := range loader.Builtin() { // sorted by name
 		r.builtin[cc.Name] = cc
 		r.builtinNames = append(r.builtinNames, cc.Name)
@@ -95,7 +99,7 @@ func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) 
 	}
 
 	r.say("building %d sender(s) -> router -> receiver: %s bottleneck, %d KiB buffer, INT hop (ECN K %d B, ACK padding %v)",
-		cfg.senderCount(), loader.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, cfg.ECNThresholdBytes, cfg.ACKPadding)
+		cfg.senderCount(), units.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, cfg.ECNThresholdBytes, cfg.ACKPadding)
 	r.topo, err = testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
 		Senders: cfg.senderCount(), BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix})
 	if err != nil {
@@ -107,7 +111,7 @@ func Run(ctx context.Context, l *loader.Loader, cfg Config, progress io.Writer) 
 		}
 	}()
 	if err := r.topo.Router.Do(func() (err error) {
-		r.hop, err = loader.NewHop(loader.HopConfig{Iface: r.topo.BottleneckIface, RateBps: cfg.RateBps,
+		r.hop, err = hop.New(hop.Config{Iface: r.topo.BottleneckIface, RateBps: cfg.RateBps,
 			BufferBytes: cfg.BufferBytes, BurstBytes: r.topo.BurstBytes(), ECNThreshold: cfg.ECNThresholdBytes,
 			ACKPadding: cfg.ACKPadding})
 		return err
@@ -184,7 +188,7 @@ func (r *runner) prepareCCs() (func() error, error) {
 		}
 		req := loader.AttachRequest{Name: name}
 		if _, has := r.builtin[name].Param(hostBWParam); has && !attachedBefore[name] && r.builtin[name].UsesINT {
-			req.Params = map[string]string{hostBWParam: loader.FormatBandwidth(r.cfg.RateBps)}
+			req.Params = map[string]string{hostBWParam: units.FormatBandwidth(r.cfg.RateBps)}
 		}
 		res, err := r.l.Attach(req)
 		if err != nil {
@@ -260,7 +264,7 @@ func (r *runner) startSink(ctx context.Context, cc string) (func(), error) {
 // withINT enables INT around fn when cc uses it and INT is off; it
 // reports whether INT was on during fn.
 func (r *runner) withINT(cc string, fn func() error) (bool, error) {
-	st, err := r.l.INTStatus()
+	st, err := r.int.Status()
 	if err != nil {
 		return false, fmt.Errorf("read INT status: %w", err)
 	}
@@ -270,11 +274,11 @@ func (r *runner) withINT(cc string, fn func() error) (bool, error) {
 	if b, ok := r.builtin[cc]; !ok || !b.UsesINT {
 		return false, fn()
 	}
-	if _, err := r.l.EnableINT(loader.INTConfig{Peers: intPeers()}); err != nil {
+	if _, err := r.int.Enable(sockops.Config{Peers: intPeers()}); err != nil {
 		return false, fmt.Errorf("enable INT for %s: %w", cc, err)
 	}
 	err = fn()
-	if _, derr := r.l.DisableINT(); derr != nil {
+	if _, derr := r.int.Disable(); derr != nil {
 		err = errors.Join(err, fmt.Errorf("disable INT after %s: %w", cc, derr))
 	}
 	return true, err

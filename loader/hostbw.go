@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/ccload/ccload/internal/units"
 )
 
 // fallbackHostBW is used for host_bw=auto when no interface reports a speed.
@@ -26,7 +28,7 @@ func (l *Loader) autoParam(p ParamSpec) (uint64, string, error) {
 		why = iface + " reports no link speed"
 	}
 	return fallbackHostBW, fmt.Sprintf("%s=auto: %s; using %s (set %s=... to override)",
-		p.Name, why, FormatBandwidth(fallbackHostBW), p.Name), nil
+		p.Name, why, units.FormatBandwidth(fallbackHostBW), p.Name), nil
 }
 
 // defaultRouteSpeed returns the interface of the IPv4 (else IPv6) default

@@ -29,6 +29,7 @@ const (
 	hpccProgHpccSetState          = "hpcc_set_state"
 	hpccProgHpccSsthresh          = "hpcc_ssthresh"
 	hpccProgHpccUndoCwnd          = "hpcc_undo_cwnd"
+	hpccVarCcTraceEventBtf        = "cc_trace_event_btf"
 )
 
 // loadHpcc returns the embedded CollectionSpec for hpcc.
@@ -98,6 +99,7 @@ type hpccMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hpccVariableSpecs struct {
+	CcTraceEventBtf *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
 }
 
 // hpccObjects contains all objects after they have been loaded into the kernel.
@@ -143,6 +145,7 @@ func (m *hpccMaps) Close() error {
 //
 // It can be passed to loadHpccObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hpccVariables struct {
+	CcTraceEventBtf *ebpf.Variable `ebpf:"cc_trace_event_btf"`
 }
 
 // hpccPrograms contains all programs after they have been loaded into the kernel.

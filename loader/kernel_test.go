@@ -5,7 +5,6 @@ package loader
 // user's attached CCs, and they clean up even when they fail.
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,17 +16,15 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/telemetry/sockops"
 )
 
-// testHost returns a Host whose pins go to a directory private to this
-// test process.
-func testHost(t testing.TB) Host {
-	t.Helper()
-	h := DefaultHost()
-	h.PinDir = fmt.Sprintf("ccload-test-%d", os.Getpid())
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(h.BPFFS, h.PinDir)) })
-	return h
+// newTestLoader returns a Loader on h wired, as the CLI's is, to the INT
+// store for the CCs that read INT.
+func newTestLoader(h kernel.Host, opts ...Option) *Loader {
+	return New(h, append([]Option{WithSharedMaps(sockops.NewStore(h))}, opts...)...)
 }
 
 // requireKernelCC skips unless this process can load BPF CCs here, and
@@ -48,7 +45,7 @@ func attachForTest(t testing.TB, l *Loader, req AttachRequest) *AttachResult {
 	t.Helper()
 	res, err := l.Attach(req)
 	if err != nil {
-		t.Fatalf("attach %s: %v (fix: %s)", req.Name, err, FixOf(err))
+		t.Fatalf("attach %s: %v (fix: %s)", req.Name, err, kernel.FixOf(err))
 	}
 	t.Cleanup(func() {
 		if _, err := l.Detach(req.Name); err != nil {
@@ -72,7 +69,7 @@ func TestAttachDetachLifecycle(t *testing.T) {
 		for _, reg := range kernelRegistrations() {
 			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
 				requireKernelCC(t, cc.Name)
-				l := New(testHost(t), WithRegistration(reg))
+				l := newTestLoader(testutil.Host(t), WithRegistration(reg))
 
 				res := attachForTest(t, l, AttachRequest{Name: cc.Name})
 				if res.AlreadyAttached || res.Registration != reg {
@@ -82,11 +79,11 @@ func TestAttachDetachLifecycle(t *testing.T) {
 					t.Fatalf("%s not in tcp_available_congestion_control after attach", cc.Name)
 				}
 				pin := pinOps
-				if reg == RegLink {
+				if reg == kernel.RegLink {
 					pin = pinLink
 				}
-				for _, p := range []string{pin, pinParams, pinStats} {
-					if !exists(filepath.Join(l.PinDir(cc.Name), p)) {
+				for _, p := range []string{pin, mapParams, mapStats} {
+					if !kernel.Exists(filepath.Join(l.PinDir(cc.Name), p)) {
 						t.Errorf("pin %s missing", p)
 					}
 				}
@@ -107,8 +104,11 @@ func TestAttachDetachLifecycle(t *testing.T) {
 				if registered(t, cc.Name) {
 					t.Fatalf("%s still registered after detach", cc.Name)
 				}
-				if exists(l.PinDir(cc.Name)) {
+				if kernel.Exists(l.PinDir(cc.Name)) {
 					t.Fatalf("pins left in %s after detach", l.PinDir(cc.Name))
+				}
+				if left, _ := os.ReadDir(l.host.PinRoot()); len(left) != 0 {
+					t.Fatalf("pins left in %s after detach: %v", l.host.PinRoot(), left)
 				}
 				// Detaching again is a no-op.
 				if det, err := l.Detach(cc.Name); err != nil || det.WasAttached {
@@ -121,7 +121,7 @@ func TestAttachDetachLifecycle(t *testing.T) {
 
 func TestAttachUpdatesParamsWhenAttached(t *testing.T) {
 	requireKernelCC(t, "theta_powertcp")
-	l := New(testHost(t))
+	l := New(testutil.Host(t))
 	attachForTest(t, l, AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "0.9", "host_bw": "10gbit"}})
 
 	res, err := l.Attach(AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "0.5"}})
@@ -148,7 +148,7 @@ func TestAttachUpdatesParamsWhenAttached(t *testing.T) {
 		t.Fatalf("list: %+v", list)
 	}
 
-	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "7"}); !IsKind(err, KindBadParam) {
+	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "7"}); !kernel.IsKind(err, kernel.KindBadParam) {
 		t.Fatalf("set gamma=7: %v, want bad parameter", err)
 	}
 	if vals, _ := l.Set("theta_powertcp", map[string]string{"expected_flows": "10"}); vals["gamma"] != "0.5" {
@@ -209,40 +209,42 @@ func TestAttachErrors(t *testing.T) {
 		dir := t.TempDir()
 		os.MkdirAll(filepath.Join(dir, "net/ipv4"), 0o755)
 		os.WriteFile(filepath.Join(dir, sysctlAvailable), []byte("reno cubic\n"), 0o644)
-		os.WriteFile(filepath.Join(dir, sysctlDefault), []byte("cubic\n"), 0o644)
+		// A directory where the default CC's sysctl should be: writing
+		// it fails.
+		os.MkdirAll(filepath.Join(dir, sysctlDefault), 0o755)
 		return dir
 	}
 
 	tests := []struct {
 		name  string
-		host  func(t *testing.T) Host
+		host  func(t *testing.T) kernel.Host
 		req   AttachRequest
 		setup func(t *testing.T)
 		wrap  func(t *testing.T, fn func())
-		kind  Kind
+		kind  kernel.Kind
 	}{
-		{name: "unknown CC", req: AttachRequest{Name: "powertcp_v9"}, kind: KindUnknownCC},
-		{name: "bad value", req: AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "1.5"}}, kind: KindBadParam},
-		{name: "missing unit", req: AttachRequest{Name: "theta_powertcp", Params: map[string]string{"base_rtt": "20"}}, kind: KindBadParam},
-		{name: "unknown parameter", req: AttachRequest{Name: "bpf_dctcp", Params: map[string]string{"gamma": "0.9"}}, kind: KindBadParam},
+		{name: "unknown CC", req: AttachRequest{Name: "powertcp_v9"}, kind: kernel.KindUnknownCC},
+		{name: "bad value", req: AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "1.5"}}, kind: kernel.KindBadParam},
+		{name: "missing unit", req: AttachRequest{Name: "theta_powertcp", Params: map[string]string{"base_rtt": "20"}}, kind: kernel.KindBadParam},
+		{name: "unknown parameter", req: AttachRequest{Name: "bpf_dctcp", Params: map[string]string{"gamma": "0.9"}}, kind: kernel.KindBadParam},
 		{
 			name: "no BTF",
-			host: func(t *testing.T) Host { h := testHost(t); h.BTFPath = "/nonexistent/vmlinux"; return h },
-			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindNoBTF,
+			host: func(t *testing.T) kernel.Host { h := testutil.Host(t); h.BTFPath = "/nonexistent/vmlinux"; return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: kernel.KindNoBTF,
 		},
 		{
 			name: "kernel too old",
-			host: func(t *testing.T) Host { h := testHost(t); h.BTFPath = syntheticBTF(t); return h },
-			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindKernelTooOld,
+			host: func(t *testing.T) kernel.Host { h := testutil.Host(t); h.BTFPath = syntheticBTF(t); return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: kernel.KindKernelTooOld,
 		},
 		{
 			name: "bpffs not mounted",
-			host: func(t *testing.T) Host { h := testHost(t); h.BPFFS = t.TempDir(); return h },
-			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindNoBPFFS,
+			host: func(t *testing.T) kernel.Host { h := testutil.Host(t); h.BPFFS = t.TempDir(); return h },
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: kernel.KindNoBPFFS,
 		},
 		{
 			name: "no CAP_BPF",
-			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindMissingCaps,
+			req:  AttachRequest{Name: "theta_powertcp"}, kind: kernel.KindMissingCaps,
 			wrap: func(t *testing.T, fn func()) {
 				// CAP_SYS_ADMIN also grants BPF, so drop both.
 				withoutCaps(t, []uint{unix.CAP_SYS_ADMIN, unix.CAP_BPF}, fn)
@@ -250,7 +252,7 @@ func TestAttachErrors(t *testing.T) {
 		},
 		{
 			name: "name registered by someone else",
-			req:  AttachRequest{Name: "bpf_dctcp"}, kind: KindNameTaken,
+			req:  AttachRequest{Name: "bpf_dctcp"}, kind: kernel.KindNameTaken,
 			setup: func(t *testing.T) {
 				// Register bpf_dctcp the way another tool would: a link
 				// held by this process, with no ccload pins.
@@ -258,23 +260,23 @@ func TestAttachErrors(t *testing.T) {
 			},
 		},
 		{
-			// The kernel accepts the CC, but the check that follows fails:
-			// the attach must roll back completely.
+			// The kernel registers the CC, but making it the default
+			// fails: the attach must roll back completely.
 			name: "failure after registration rolls back",
-			host: func(t *testing.T) Host { h := testHost(t); h.ProcSys = fakeProcSys(t); return h },
-			req:  AttachRequest{Name: "theta_powertcp"}, kind: KindUnknown,
+			host: func(t *testing.T) kernel.Host { h := testutil.Host(t); h.ProcSys = fakeProcSys(t); return h },
+			req:  AttachRequest{Name: "theta_powertcp", SetDefault: true}, kind: kernel.KindSysctl,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := testHost(t)
+			h := testutil.Host(t)
 			if tt.host != nil {
 				h = tt.host(t)
 			}
 			if tt.setup != nil {
 				tt.setup(t)
 			}
-			l := New(h)
+			l := newTestLoader(h)
 			var err error
 			call := func() { _, err = l.Attach(tt.req) }
 			if tt.wrap != nil {
@@ -286,17 +288,17 @@ func TestAttachErrors(t *testing.T) {
 				l.Detach(tt.req.Name)
 				t.Fatalf("attach succeeded, want an error of kind %v", tt.kind)
 			}
-			t.Logf("error: %v\n  fix: %s", err, FixOf(err))
-			if tt.kind != KindUnknown {
-				if !IsKind(err, tt.kind) {
+			t.Logf("error: %v\n  fix: %s", err, kernel.FixOf(err))
+			if tt.kind != kernel.KindUnknown {
+				if !kernel.IsKind(err, tt.kind) {
 					t.Fatalf("error %v is not of kind %q", err, tt.kind)
 				}
-				if FixOf(err) == "" {
+				if kernel.FixOf(err) == "" {
 					t.Fatalf("error %v carries no fix", err)
 				}
 			}
 			// Nothing left behind: no pins, no registration by us.
-			if exists(l.PinDir(tt.req.Name)) {
+			if kernel.Exists(l.PinDir(tt.req.Name)) {
 				t.Errorf("pins left in %s", l.PinDir(tt.req.Name))
 			}
 			entries, _ := os.ReadDir(filepath.Join(h.BPFFS, h.PinDir))
@@ -312,14 +314,14 @@ func TestAttachErrors(t *testing.T) {
 
 func TestNotAttachedErrors(t *testing.T) {
 	requireKernelCC(t, "theta_powertcp")
-	l := New(testHost(t))
-	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "0.5"}); !IsKind(err, KindNotAttached) {
+	l := New(testutil.Host(t))
+	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "0.5"}); !kernel.IsKind(err, kernel.KindNotAttached) {
 		t.Fatalf("set on a detached CC: %v", err)
 	}
-	if _, err := l.Set("nope", map[string]string{"gamma": "0.5"}); !IsKind(err, KindUnknownCC) {
+	if _, err := l.Set("nope", map[string]string{"gamma": "0.5"}); !kernel.IsKind(err, kernel.KindUnknownCC) {
 		t.Fatalf("set on an unknown CC: %v", err)
 	}
-	if _, err := l.Detach("nope"); !IsKind(err, KindUnknownCC) {
+	if _, err := l.Detach("nope"); !kernel.IsKind(err, kernel.KindUnknownCC) {
 		t.Fatalf("detach of an unknown CC: %v", err)
 	}
 	if res, err := l.Detach("theta_powertcp"); err != nil || res.WasAttached {
@@ -329,13 +331,13 @@ func TestNotAttachedErrors(t *testing.T) {
 
 func TestStatusChecks(t *testing.T) {
 	requireKernelCC(t)
-	checks := New(testHost(t)).Status()
+	checks := New(testutil.Host(t)).Status()
 	for _, c := range checks {
 		if !c.OK {
 			t.Errorf("check %s failed on this machine: %s (fix: %s)", c.Name, c.Detail, c.Fix)
 		}
 	}
-	h := testHost(t)
+	h := testutil.Host(t)
 	h.BTFPath = "/nonexistent"
 	bad := New(h).Status()
 	if i := slices.IndexFunc(bad, func(c Check) bool { return c.Name == "kernel BTF" }); i < 0 || bad[i].OK || bad[i].Fix == "" {
@@ -347,37 +349,37 @@ func TestStatusChecks(t *testing.T) {
 // and detach hands the default back to cubic before unregistering.
 func TestAttachDefault(t *testing.T) {
 	requireKernelCC(t, "theta_powertcp")
-	prev, err := readSysctl("/proc/sys", sysctlDefault)
+	prev, err := kernel.ReadSysctl("/proc/sys", sysctlDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { writeSysctl("/proc/sys", sysctlDefault, prev) })
+	t.Cleanup(func() { kernel.WriteSysctl("/proc/sys", sysctlDefault, prev) })
 
-	l := New(testHost(t))
+	l := New(testutil.Host(t))
 	res := attachForTest(t, l, AttachRequest{Name: "theta_powertcp", SetDefault: true})
 	if !res.Default {
 		t.Fatalf("attach result %+v, want Default", res)
 	}
-	if def, _ := readSysctl("/proc/sys", sysctlDefault); def != "theta_powertcp" {
+	if def, _ := kernel.ReadSysctl("/proc/sys", sysctlDefault); def != "theta_powertcp" {
 		t.Fatalf("default is %q after attach --default", def)
 	}
 	det, err := l.Detach("theta_powertcp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def, _ := readSysctl("/proc/sys", sysctlDefault); def != "cubic" || det.ResetDefault != "cubic" {
+	if def, _ := kernel.ReadSysctl("/proc/sys", sysctlDefault); def != "cubic" || det.ResetDefault != "cubic" {
 		t.Fatalf("after detach the default is %q (reported %q), want cubic", def, det.ResetDefault)
 	}
 }
 
 // kernelRegistrations lists the registration modes this kernel supports:
 // legacy everywhere, links since 6.4.
-func kernelRegistrations() []Registration {
-	f, err := probeFeatures("/sys/kernel/btf/vmlinux")
-	if err != nil || f.Registration == RegLegacy {
-		return []Registration{RegLegacy}
+func kernelRegistrations() []kernel.Registration {
+	f, err := kernel.Probe("/sys/kernel/btf/vmlinux")
+	if err != nil || f.Registration == kernel.RegLegacy {
+		return []kernel.Registration{kernel.RegLegacy}
 	}
-	return []Registration{RegLink, RegLegacy}
+	return []kernel.Registration{kernel.RegLink, kernel.RegLegacy}
 }
 
 // registerBehindOurBack registers the CC the way another tool would: held
@@ -388,7 +390,7 @@ func registerBehindOurBack(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := probeFeatures("/sys/kernel/btf/vmlinux")
+	f, err := kernel.Probe("/sys/kernel/btf/vmlinux")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,20 +401,20 @@ func registerBehindOurBack(t *testing.T, name string) {
 	if err := selectCongControl(spec, f.CongControlArgs); err != nil {
 		t.Fatal(err)
 	}
-	if f.Registration == RegLegacy {
-		spec.Maps[name].Flags &^= unix.BPF_F_LINK
+	if f.Registration == kernel.RegLegacy {
+		spec.Maps[cc.opsMap].Flags &^= unix.BPF_F_LINK
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { coll.Close() })
-	if f.Registration == RegLegacy {
+	if f.Registration == kernel.RegLegacy {
 		// Loading registered it; deleting the element unregisters it.
-		t.Cleanup(func() { coll.Maps[name].Delete(uint32(0)) })
+		t.Cleanup(func() { coll.Maps[cc.opsMap].Delete(uint32(0)) })
 		return
 	}
-	lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: coll.Maps[name]})
+	lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: coll.Maps[cc.opsMap]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,24 +1,26 @@
 package loader
 
+import "github.com/ccload/ccload/internal/kernel"
+
 // CCStatus describes one built-in CC and its state in the kernel.
 type CCStatus struct {
-	Name         string            `json:"name"`
-	Summary      string            `json:"summary"`
-	Attached     bool              `json:"attached"`
-	Stale        bool              `json:"stale,omitempty"`
-	Registration Registration      `json:"registration,omitempty"`
-	PinDir       string            `json:"pin_dir,omitempty"`
-	Default      bool              `json:"default"`
-	SocketsInUse int64             `json:"sockets_in_use"`
-	Params       map[string]string `json:"params"`
-	Stats        Stats             `json:"stats,omitempty"`
+	Name         string              `json:"name"`
+	Summary      string              `json:"summary"`
+	Attached     bool                `json:"attached"`
+	Stale        bool                `json:"stale,omitempty"`
+	Registration kernel.Registration `json:"registration,omitempty"`
+	PinDir       string              `json:"pin_dir,omitempty"`
+	Default      bool                `json:"default"`
+	SocketsInUse int64               `json:"sockets_in_use"`
+	Params       map[string]string   `json:"params"`
+	Stats        Stats               `json:"stats,omitempty"`
 }
 
 // List reports every built-in CC: attached or not, its parameters (the
 // live values when attached, the defaults otherwise) and its counters.
 // It needs no capabilities beyond reading bpffs.
 func (l *Loader) List() ([]CCStatus, error) {
-	def, _ := readSysctl(l.host.ProcSys, sysctlDefault)
+	def, _ := kernel.ReadSysctl(l.host.ProcSys, sysctlDefault)
 	var out []CCStatus
 	for _, cc := range Builtin() {
 		s := CCStatus{Name: cc.Name, Summary: cc.Summary, Default: def == cc.Name, Params: map[string]string{}}

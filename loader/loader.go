@@ -11,35 +11,30 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/pin"
 )
-
-// Host names the kernel interfaces the loader uses. Tests point them
-// elsewhere to exercise error paths; everything else uses DefaultHost.
-type Host struct {
-	BTFPath string // kernel BTF, normally /sys/kernel/btf/vmlinux
-	BPFFS   string // bpffs mount point, normally /sys/fs/bpf
-	PinDir  string // ccload's directory below BPFFS, normally "ccload"
-	ProcSys string // /proc/sys of the network namespace to act in
-}
-
-// DefaultHost returns the standard locations.
-func DefaultHost() Host {
-	return Host{
-		BTFPath: "/sys/kernel/btf/vmlinux",
-		BPFFS:   "/sys/fs/bpf",
-		PinDir:  "ccload",
-		ProcSys: "/proc/sys",
-	}
-}
-
-func (h Host) isDefaultBPFFS() bool { return h.BPFFS == DefaultHost().BPFFS }
 
 // Loader attaches, tunes and detaches ccload's congestion controls.
 // It keeps no state of its own: everything lives in the kernel and in
 // bpffs pins, so separate ccload processes see the same picture.
 type Loader struct {
-	host Host
-	reg  Registration // forced registration mode; "" = best available
+	host   kernel.Host
+	reg    kernel.Registration // forced registration mode; "" = best available
+	shared SharedMaps          // the INT store, for CCs that read INT
+}
+
+// SharedMaps lends the CCs that read INT (CC.UsesINT) the map they share
+// with the INT sockops program, which fills it. The INT side
+// (telemetry/sockops) owns that map and implements this interface; the
+// loader knows it only through it, and neither package imports the other.
+type SharedMaps interface {
+	// Acquire returns the shared map, creating and pinning it from spec
+	// when nothing holds it yet, and records user as one of its holders.
+	Acquire(user string, spec *ebpf.MapSpec) (*ebpf.Map, error)
+	// Release drops user; the map is unpinned when no holder is left.
+	Release(user string) error
 }
 
 // Option changes how a Loader works.
@@ -47,12 +42,18 @@ type Option func(*Loader)
 
 // WithRegistration forces a registration mode instead of the best the
 // kernel has. Tests use it to run the legacy (6.1) path on newer kernels.
-func WithRegistration(r Registration) Option {
+func WithRegistration(r kernel.Registration) Option {
 	return func(l *Loader) { l.reg = r }
 }
 
+// WithSharedMaps gives the Loader the INT store that powertcp and hpcc
+// share with the INT sockops program. Without it they cannot be attached.
+func WithSharedMaps(s SharedMaps) Option {
+	return func(l *Loader) { l.shared = s }
+}
+
 // New returns a Loader acting on host.
-func New(host Host, opts ...Option) *Loader {
+func New(host kernel.Host, opts ...Option) *Loader {
 	l := &Loader{host: host}
 	for _, o := range opts {
 		o(l)
@@ -60,18 +61,15 @@ func New(host Host, opts ...Option) *Loader {
 	return l
 }
 
-// Names of the pins in a CC's directory.
+// Names of the pins in a CC's directory that are not its maps. The maps
+// are pinned under their names in the object (mapParams, mapStats, ...).
 const (
-	pinLink   = "link"   // struct_ops link (RegLink)
-	pinOps    = "ops"    // struct_ops map (RegLegacy)
-	pinParams = "params" // parameters array map
-	pinStats  = "stats"  // counters per-CPU array map
+	pinLink = "link" // struct_ops link (RegLink)
+	pinOps  = "ops"  // struct_ops map (RegLegacy)
 )
 
-func (l *Loader) pinRoot() string { return filepath.Join(l.host.BPFFS, l.host.PinDir) }
-
 // PinDir returns the bpffs directory that holds name's pins.
-func (l *Loader) PinDir(name string) string { return filepath.Join(l.pinRoot(), name) }
+func (l *Loader) PinDir(name string) string { return filepath.Join(l.host.PinRoot(), name) }
 
 // AttachRequest says what to attach and how.
 type AttachRequest struct {
@@ -82,14 +80,14 @@ type AttachRequest struct {
 
 // AttachResult reports what Attach did.
 type AttachResult struct {
-	Name            string            `json:"name"`
-	AlreadyAttached bool              `json:"already_attached"`
-	Registration    Registration      `json:"registration"`
-	CongControl     string            `json:"cong_control_prototype,omitempty"`
-	PinDir          string            `json:"pin_dir"`
-	Params          map[string]string `json:"params"`
-	Default         bool              `json:"default"`
-	Notes           []string          `json:"notes,omitempty"`
+	Name            string              `json:"name"`
+	AlreadyAttached bool                `json:"already_attached"`
+	Registration    kernel.Registration `json:"registration"`
+	CongControl     string              `json:"cong_control_prototype,omitempty"`
+	PinDir          string              `json:"pin_dir"`
+	Params          map[string]string   `json:"params"`
+	Default         bool                `json:"default"`
+	Notes           []string            `json:"notes,omitempty"`
 }
 
 // Attach registers a built-in CC with the kernel and pins it, so that it
@@ -101,37 +99,36 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkParams(cc.Params, req.Params); err != nil {
-		return nil, err
-	}
-	if err := checkCaps(); err != nil {
-		return nil, err
-	}
-	f, err := probeFeatures(l.host.BTFPath)
+	given, err := parseGiven(cc.Params, req.Params)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.requireCC(); err != nil {
+	if err := kernel.CheckCaps(); err != nil {
+		return nil, err
+	}
+	f, err := kernel.Probe(l.host.BTFPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.RequireCC(); err != nil {
 		return nil, err
 	}
 	res := &AttachResult{Name: cc.Name, PinDir: l.PinDir(cc.Name)}
 
-	mounted, err := ensureBPFFS(l.host.BPFFS, l.host.isDefaultBPFFS())
+	notes, err := l.host.EnsureBPFFS()
 	if err != nil {
 		return nil, err
 	}
-	if mounted {
-		res.Notes = append(res.Notes, "mounted bpffs at "+l.host.BPFFS)
-	}
+	res.Notes = append(res.Notes, notes...)
 
 	st, err := l.inspect(cc)
 	if err != nil {
 		return nil, err
 	}
+	defer st.close()
 	switch {
 	case st.attached:
-		defer st.close()
-		vals, notes, err := l.updateParams(cc, st.params, req.Params)
+		vals, notes, err := l.updateParams(cc, st.params, given)
 		if err != nil {
 			return nil, err
 		}
@@ -141,24 +138,18 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 		res.Notes = append(res.Notes, notes...)
 		return res, l.maybeSetDefault(req, res)
 	case st.stale:
-		st.close()
 		if err := os.RemoveAll(res.PinDir); err != nil {
 			return nil, fmt.Errorf("remove stale pins %s: %w", res.PinDir, err)
 		}
 		res.Notes = append(res.Notes, "removed stale pins of an earlier attach that is no longer registered")
 	}
-
-	taken, err := isRegistered(l.host.ProcSys, cc.Name)
-	if err != nil {
-		return nil, err
-	}
-	if taken {
-		return nil, newError(KindNameTaken,
+	if st.registered {
+		return nil, kernel.NewError(kernel.KindNameTaken,
 			"find its owner with `bpftool struct_ops list` (or lsmod for a module) and unregister it, then attach again",
 			nil, "a congestion control named %q is already registered, and not by ccload", cc.Name)
 	}
 
-	vals, notes, err := resolveParams(cc.Params, req.Params, nil, l.autoParam)
+	vals, notes, err := resolveParams(cc.Params, given, nil, l.autoParam)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +181,8 @@ func (l *Loader) maybeSetDefault(req AttachRequest, res *AttachResult) error {
 	if !req.SetDefault {
 		return nil
 	}
-	if err := writeSysctl(l.host.ProcSys, sysctlDefault, req.Name); err != nil {
-		return newError(KindLoad, "check that ccload runs with CAP_NET_ADMIN in this network namespace", err,
+	if err := kernel.WriteSysctl(l.host.ProcSys, sysctlDefault, req.Name); err != nil {
+		return kernel.NewError(kernel.KindSysctl, "check that ccload runs with CAP_NET_ADMIN in this network namespace", err,
 			"make %s the default congestion control", req.Name)
 	}
 	res.Default = true
@@ -200,25 +191,25 @@ func (l *Loader) maybeSetDefault(req AttachRequest, res *AttachResult) error {
 
 // register loads cc, registers it in mode reg and pins it. It is
 // all-or-nothing: on error, nothing is registered and nothing is pinned.
-func (l *Loader) register(cc *CC, f *Features, reg Registration, vals map[string]uint64) (err error) {
+func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, vals map[string]uint64) (err error) {
 	spec, err := cc.load()
 	if err != nil {
-		return fmt.Errorf("read embedded object %s: %w", cc.Name, err)
+		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read embedded object %s", cc.Name)
 	}
 	if err := selectCongControl(spec, f.CongControlArgs); err != nil {
-		return fmt.Errorf("select programs for %s: %w", cc.Name, err)
+		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "select programs for %s", cc.Name)
 	}
-	ops, ok := spec.Maps[cc.Name]
+	ops, ok := spec.Maps[cc.opsMap]
 	if !ok {
-		return fmt.Errorf("object %s has no struct_ops map %s", cc.Name, cc.Name)
+		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", nil, "object %s has no struct_ops map %s", cc.Name, cc.opsMap)
 	}
-	if reg == RegLegacy {
+	if reg == kernel.RegLegacy {
 		// Without BPF_F_LINK, cilium/ebpf's final map update registers
 		// the CC: the legacy path, and the only one before 6.4.
 		ops.Flags &^= unix.BPF_F_LINK
 	}
 	// Parameters go in at map creation, so no socket ever sees zeros.
-	layout, err := newParamLayout(spec.Maps[pinParams].Value, cc.Params)
+	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params)
 	if err != nil {
 		return err
 	}
@@ -226,111 +217,76 @@ func (l *Loader) register(cc *CC, f *Features, reg Registration, vals map[string
 	if err != nil {
 		return err
 	}
-	spec.Maps[pinParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
+	spec.Maps[mapParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
 
-	opts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: f.spec}}
+	opts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: f.Spec}}
 	if cc.UsesINT {
-		store, serr := l.sharedMap(intStoreMap, spec.Maps[intStoreMap])
-		if serr != nil {
-			return serr
+		if l.shared == nil {
+			return kernel.NewError(kernel.KindBadObject, "this is a bug in ccload: report it", nil,
+				"%s reads INT, but this loader was made without the INT store (loader.WithSharedMaps)", cc.Name)
+		}
+		store, err := l.shared.Acquire(cc.Name, spec.Maps[mapINTStore])
+		if err != nil {
+			return err
 		}
 		defer store.Close()
-		defer func() {
-			if err != nil {
-				l.releaseShared()
-			}
-		}()
-		opts.MapReplacements = map[string]*ebpf.Map{intStoreMap: store}
+		opts.MapReplacements = map[string]*ebpf.Map{mapINTStore: store}
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
-	if err != nil {
-		if reg == RegLegacy {
-			// The failure may have come after the registering update.
-			l.unregisterOrphan(cc.Name)
-		}
-		return loadError(cc.Name, err)
-	}
-	defer coll.Close()
-	opsMap := coll.Maps[cc.Name]
-
-	stage := filepath.Join(l.pinRoot(), fmt.Sprintf("staging-%s-%d", cc.Name, os.Getpid()))
-	var lnk link.Link
 	defer func() {
 		if err == nil {
 			return
 		}
-		// Pins first: dropping a pinned link's last reference through
-		// the pin defers its release to a kernel worker, while closing
-		// our fd last releases it (and unregisters) synchronously.
-		os.RemoveAll(stage)
-		if lnk != nil {
-			lnk.Close()
-		}
-		if reg == RegLegacy {
-			_ = opsMap.Delete(uint32(0))
-		}
+		// Last, once our handles are closed: wait until the kernel has
+		// let go of the name, so that a failed attach can be retried,
+		// and give the INT store back.
 		_ = waitUnregistered(l.host.ProcSys, cc.Name, time.Second)
+		if cc.UsesINT {
+			_ = l.shared.Release(cc.Name)
+		}
 	}()
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		if reg == kernel.RegLegacy {
+			// The failure may have come after the registering update.
+			l.unregisterOrphan(cc.Name)
+		}
+		return kernel.LoadError(cc.Name, err)
+	}
+	defer coll.Close()
+	opsMap := coll.Maps[cc.opsMap]
 
-	if err := os.MkdirAll(stage, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", stage, err)
+	stage, err := pin.NewStage(l.host.PinRoot(), cc.Name, l.PinDir(cc.Name))
+	if err != nil {
+		return err
 	}
-	// Every map but the struct_ops one, the shared INT store and the
-	// compiler's data sections (.rodata: constants; bpffs refuses dots):
-	// params, stats, and the trace ring buffer and switch where the CC has
-	// them.
-	for name, m := range coll.Maps {
-		if name == cc.Name || name == intStoreMap || strings.HasPrefix(name, ".") {
-			continue
+	defer stage.Abort()
+	if reg == kernel.RegLegacy {
+		stage.OnAbort(func() { _ = opsMap.Delete(uint32(0)) })
+	}
+	// Every map but the struct_ops one and the shared INT store: params,
+	// stats, and the trace ring buffer and switch where the CC has them.
+	if err := stage.PinMaps(coll.Maps, cc.opsMap, mapINTStore); err != nil {
+		return fmt.Errorf("pin %s: %w", cc.Name, err)
+	}
+	if reg == kernel.RegLegacy {
+		if err := opsMap.Pin(stage.Path(pinOps)); err != nil {
+			return fmt.Errorf("pin %s struct_ops map: %w", cc.Name, err)
 		}
-		if err := m.Pin(filepath.Join(stage, name)); err != nil {
-			return fmt.Errorf("pin %s %s: %w", cc.Name, name, err)
-		}
+		return stage.Commit()
 	}
-	if reg == RegLink {
-		lnk, err = link.AttachStructOps(link.StructOpsOptions{Map: opsMap})
-		if err != nil {
-			return loadError(cc.Name, fmt.Errorf("attach struct_ops link: %w", err))
-		}
-		if err := lnk.Pin(filepath.Join(stage, pinLink)); err != nil {
-			return fmt.Errorf("pin %s link: %w", cc.Name, err)
-		}
-	} else if err := opsMap.Pin(filepath.Join(stage, pinOps)); err != nil {
-		return fmt.Errorf("pin %s struct_ops map: %w", cc.Name, err)
+	lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: opsMap})
+	if err != nil {
+		return kernel.LoadError(cc.Name, fmt.Errorf("attach struct_ops link: %w", err))
 	}
-	if err := os.Rename(stage, l.PinDir(cc.Name)); err != nil {
-		return fmt.Errorf("move pins into %s: %w", l.PinDir(cc.Name), err)
+	stage.OnAbort(func() { lnk.Close() })
+	if err := lnk.Pin(stage.Path(pinLink)); err != nil {
+		return fmt.Errorf("pin %s link: %w", cc.Name, err)
 	}
-	stage = l.PinDir(cc.Name) // the rollback above now removes the final dir
-
-	if ok, err := isRegistered(l.host.ProcSys, cc.Name); err != nil || !ok {
-		return newError(KindLoad, "the kernel accepted the registration but does not list the CC; run `ccload status` and report it",
-			err, "%s is missing from %s after registration; attach rolled back", cc.Name, sysctlAvailable)
+	if err := stage.Commit(); err != nil {
+		return err
 	}
-	if lnk != nil {
-		lnk.Close() // the pin keeps it
-		lnk = nil
-	}
+	_ = lnk.Close() // the pin keeps it; closing our fd cannot undo that
 	return nil
-}
-
-func loadError(name string, err error) error {
-	fix := "this kernel rejected the program; run `ccload status` and report the output with `ccload version`"
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return newError(KindLoad, fix, fmt.Errorf("%+v", ve), "the verifier rejected %s", name)
-	}
-	if errors.Is(err, unix.EEXIST) {
-		return newError(KindNameTaken, "another process registered it at the same moment; run `ccload list`, then attach again",
-			err, "the kernel already has a congestion control named %q", name)
-	}
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return newError(KindMissingCaps, "run as root, or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN; check that no LSM (lockdown=confidentiality) blocks BPF", err, "the kernel refused to load %s", name)
-	}
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		return newError(KindKernelTooOld, "ccload supports kernels 6.1 to 6.18; run `ccload status`", err, "kernel cannot load %s", name)
-	}
-	return newError(KindLoad, fix, err, "load %s", name)
 }
 
 // selectCongControl keeps the cong_control program that matches the
@@ -381,13 +337,15 @@ func (l *Loader) unregisterOrphan(name string) {
 	}
 }
 
-// attachState is what bpffs and the kernel say about one CC.
+// attachState is what bpffs and the kernel say about one CC, read once
+// per call.
 type attachState struct {
-	attached bool // pinned and registered
-	stale    bool // pinned but no longer registered
-	reg      Registration
-	params   *ebpf.Map
-	stats    *ebpf.Map
+	attached   bool // pinned and registered
+	stale      bool // pinned but no longer registered
+	registered bool // the kernel has a CC of this name, ccload's or not
+	reg        kernel.Registration
+	params     *ebpf.Map
+	stats      *ebpf.Map
 }
 
 func (s *attachState) close() {
@@ -399,32 +357,31 @@ func (s *attachState) close() {
 	}
 }
 
-// inspect reads the pins of cc. A missing directory is "not attached".
+// inspect reads the pins of cc and whether the kernel has it registered.
+// A missing directory is "not attached".
 func (l *Loader) inspect(cc *CC) (*attachState, error) {
+	registered, err := isRegistered(l.host.ProcSys, cc.Name)
+	if err != nil {
+		return nil, err
+	}
+	st := &attachState{registered: registered}
 	dir := l.PinDir(cc.Name)
-	st := &attachState{}
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	} else if err != nil {
 		return nil, fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	switch {
-	case exists(filepath.Join(dir, pinLink)):
-		st.reg = RegLink
-	case exists(filepath.Join(dir, pinOps)):
-		st.reg = RegLegacy
+	case kernel.Exists(filepath.Join(dir, pinLink)):
+		st.reg = kernel.RegLink
+	case kernel.Exists(filepath.Join(dir, pinOps)):
+		st.reg = kernel.RegLegacy
 	}
-	var err error
-	if st.params, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinParams), nil); err != nil {
+	if st.params, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapParams), nil); err != nil {
 		st.params = nil
 	}
-	if st.stats, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinStats), nil); err != nil {
+	if st.stats, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapStats), nil); err != nil {
 		st.stats = nil
-	}
-	registered, err := isRegistered(l.host.ProcSys, cc.Name)
-	if err != nil {
-		st.close()
-		return nil, err
 	}
 	if st.reg != "" && st.params != nil && st.stats != nil && registered {
 		st.attached = true
@@ -434,9 +391,19 @@ func (l *Loader) inspect(cc *CC) (*attachState, error) {
 	return st, nil
 }
 
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
+// inspectAttached is inspect for the calls that need cc attached: it
+// returns a KindNotAttached error when it is not.
+func (l *Loader) inspectAttached(cc *CC) (*attachState, error) {
+	st, err := l.inspect(cc)
+	if err != nil {
+		return nil, err
+	}
+	if !st.attached {
+		st.close()
+		return nil, kernel.NewError(kernel.KindNotAttached, "attach it first: ccload attach "+cc.Name, nil,
+			"%s is not attached", cc.Name)
+	}
+	return st, nil
 }
 
 // readParams decodes the pinned params map of cc.
@@ -445,12 +412,12 @@ func readParams(cc *CC, m *ebpf.Map) (map[string]uint64, *paramLayout, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	layout, err := newParamLayout(spec.Maps[pinParams].Value, cc.Params)
+	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params)
 	if err != nil {
 		return nil, nil, err
 	}
 	if m.ValueSize() != layout.size {
-		return nil, nil, newError(KindLoad, "detach and attach it again with this ccload", nil,
+		return nil, nil, kernel.NewError(kernel.KindVersionMismatch, "detach and attach it again with this ccload", nil,
 			"%s was attached by a different ccload version (params are %d bytes, expected %d)",
 			cc.Name, m.ValueSize(), layout.size)
 	}
@@ -467,7 +434,7 @@ func readParams(cc *CC, m *ebpf.Map) (map[string]uint64, *paramLayout, error) {
 
 // updateParams applies given on top of the pinned values and writes them
 // back in one map update, which live sockets see on their next ACK.
-func (l *Loader) updateParams(cc *CC, m *ebpf.Map, given map[string]string) (map[string]uint64, []string, error) {
+func (l *Loader) updateParams(cc *CC, m *ebpf.Map, given givenParams) (map[string]uint64, []string, error) {
 	cur, layout, err := readParams(cc, m)
 	if err != nil {
 		return nil, nil, err
@@ -501,25 +468,22 @@ func (l *Loader) Set(name string, given map[string]string) (map[string]string, e
 		return nil, err
 	}
 	if len(given) == 0 {
-		return nil, newError(KindBadParam, "valid parameters: "+paramNames(cc.Params), nil,
+		return nil, kernel.NewError(kernel.KindBadParam, "valid parameters: "+paramNames(cc.Params), nil,
 			"no parameters given")
 	}
-	if err := checkParams(cc.Params, given); err != nil {
+	checked, err := parseGiven(cc.Params, given)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkCaps(); err != nil {
+	if err := kernel.CheckCaps(); err != nil {
 		return nil, err
 	}
-	st, err := l.inspect(cc)
+	st, err := l.inspectAttached(cc)
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
-	if !st.attached {
-		return nil, newError(KindNotAttached, "attach it first: ccload attach "+name, nil,
-			"%s is not attached", name)
-	}
-	vals, _, err := l.updateParams(cc, st.params, given)
+	vals, _, err := l.updateParams(cc, st.params, checked)
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +507,7 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCaps(); err != nil {
+	if err := kernel.CheckCaps(); err != nil {
 		return nil, err
 	}
 	res := &DetachResult{Name: name}
@@ -553,8 +517,8 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	}
 	defer st.close()
 	if !st.attached && !st.stale {
-		if ok, _ := isRegistered(l.host.ProcSys, name); ok {
-			return nil, newError(KindNotAttached,
+		if st.registered {
+			return nil, kernel.NewError(kernel.KindNotAttached,
 				"it was registered by another tool; find it with `bpftool struct_ops list`", nil,
 				"%s is registered, but not by ccload", name)
 		}
@@ -567,12 +531,12 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 		}
 	}
 
-	if def, err := readSysctl(l.host.ProcSys, sysctlDefault); err == nil && def == name {
+	if def, err := kernel.ReadSysctl(l.host.ProcSys, sysctlDefault); err == nil && def == name {
 		// cubic where allowed; in a child netns only CCs flagged
 		// TCP_CONG_NON_RESTRICTED may be the default, and reno always is.
 		var werr error
 		for _, fallback := range []string{"cubic", "reno"} {
-			if werr = writeSysctl(l.host.ProcSys, sysctlDefault, fallback); werr == nil {
+			if werr = kernel.WriteSysctl(l.host.ProcSys, sysctlDefault, fallback); werr == nil {
 				res.ResetDefault = fallback
 				break
 			}
@@ -584,11 +548,11 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 
 	dir := l.PinDir(name)
 	switch st.reg {
-	case RegLink:
-		if err := detachPinnedLink(filepath.Join(dir, pinLink)); err != nil {
+	case kernel.RegLink:
+		if err := pin.DetachLink(filepath.Join(dir, pinLink)); err != nil {
 			return nil, fmt.Errorf("unregister %s: %w", name, err)
 		}
-	case RegLegacy:
+	case kernel.RegLegacy:
 		ops, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinOps), nil)
 		if err == nil {
 			derr := ops.Delete(uint32(0))
@@ -601,32 +565,15 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("remove pins %s: %w", dir, err)
 	}
-	if cc.UsesINT {
-		l.releaseShared()
-	}
 	if err := waitUnregistered(l.host.ProcSys, name, time.Second); err != nil {
 		return nil, err
 	}
+	if cc.UsesINT && l.shared != nil {
+		if err := l.shared.Release(cc.Name); err != nil {
+			return nil, fmt.Errorf("detach %s: %w", name, err)
+		}
+	}
 	return res, nil
-}
-
-// detachPinnedLink unpins the link at path and closes it. Unpinning first
-// means that closing our fd drops the last reference, so the kernel
-// releases the link (and what it holds registered) synchronously. A
-// missing pin is not an error.
-func detachPinnedLink(path string) error {
-	lnk, err := link.LoadPinnedLink(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open pinned link %s: %w", path, err)
-	}
-	defer lnk.Close()
-	if err := lnk.Unpin(); err != nil {
-		return fmt.Errorf("unpin %s: %w", path, err)
-	}
-	return nil
 }
 
 func waitUnregistered(procSys, name string, timeout time.Duration) error {

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/units"
 )
 
 // Unit says how a parameter's text is parsed and how its value is stored
@@ -74,13 +77,13 @@ func (p ParamSpec) Parse(text string) (uint64, error) {
 			err = fmt.Errorf("%q is not a whole number", s)
 		}
 	case UnitFraction:
-		v, err = parseFraction(s, p.Scale)
+		v, err = units.ParseFraction(s, p.Scale)
 	case UnitDuration:
-		v, err = parseDurationUS(s)
+		v, err = units.ParseDurationUS(s)
 	case UnitBandwidth:
-		v, err = ParseBandwidth(s)
+		v, err = units.ParseBandwidth(s)
 	case UnitBytes:
-		v, err = ParseBytes(s)
+		v, err = units.ParseBytes(s)
 	default:
 		err = fmt.Errorf("unknown unit %d", p.Unit)
 	}
@@ -108,7 +111,7 @@ func (p ParamSpec) Format(v uint64) string {
 	case UnitDuration:
 		return strings.ReplaceAll((time.Duration(v) * time.Microsecond).String(), "µs", "us")
 	case UnitBandwidth:
-		return FormatBandwidth(v)
+		return units.FormatBandwidth(v)
 	case UnitBytes:
 		return strconv.FormatUint(v, 10) + "B"
 	}
@@ -127,120 +130,6 @@ func (p ParamSpec) Range() string {
 	return r
 }
 
-func parseFraction(s string, scale uint64) (uint64, error) {
-	pct := strings.HasSuffix(s, "%")
-	f, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q is not a number (write 0.9 or 90%%)", s)
-	}
-	if pct {
-		f /= 100
-	}
-	if f < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	if f > 1e6 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return uint64(math.Round(f * float64(scale))), nil
-}
-
-func parseDurationUS(s string) (uint64, error) {
-	if s == "0" {
-		return 0, nil
-	}
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("%q needs a unit: write %sus or %sms", s, s, s)
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (write 20us, 1.5ms or 1s)", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	if d%time.Microsecond != 0 {
-		return 0, fmt.Errorf("%q is finer than a microsecond, the kernel's RTT resolution", s)
-	}
-	return uint64(d / time.Microsecond), nil
-}
-
-var bandwidthUnits = []struct {
-	suffix string
-	mult   float64
-}{
-	{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1},
-	{"t", 1e12}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3},
-}
-
-// ParseBandwidth parses a rate in bits per second: 10gbit, 100mbit, 25G.
-// Units in bytes per second ("bps") are refused as ambiguous.
-func ParseBandwidth(s string) (uint64, error) {
-	l := strings.ToLower(s)
-	if strings.HasSuffix(l, "bps") || strings.HasSuffix(l, "b/s") {
-		return 0, fmt.Errorf("%q is ambiguous (bits or bytes?): write it in bits, e.g. 10gbit", s)
-	}
-	mult := 0.0
-	num := l
-	for _, u := range bandwidthUnits {
-		if strings.HasSuffix(l, u.suffix) {
-			mult, num = u.mult, strings.TrimSuffix(l, u.suffix)
-			break
-		}
-	}
-	if mult == 0 {
-		return 0, fmt.Errorf("%q needs a unit: write 10gbit, 100mbit or 25G (bits per second)", s)
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("%q is not a bandwidth (write 10gbit, 100mbit or 25G)", s)
-	}
-	if f*mult > 1e15 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return uint64(math.Round(f * mult)), nil
-}
-
-// FormatBandwidth renders bits per second the way ParseBandwidth reads them.
-func FormatBandwidth(v uint64) string {
-	for _, u := range bandwidthUnits[:4] {
-		if float64(v) >= u.mult {
-			return strconv.FormatFloat(float64(v)/u.mult, 'f', -1, 64) + u.suffix
-		}
-	}
-	return strconv.FormatUint(v, 10) + "bit"
-}
-
-var byteUnits = []struct {
-	suffix string
-	mult   uint64
-}{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30},
-	{"kb", 1000}, {"mb", 1000 * 1000}, {"gb", 1000 * 1000 * 1000},
-	{"k", 1000}, {"m", 1000 * 1000}, {"g", 1000 * 1000 * 1000}, {"b", 1},
-}
-
-// ParseBytes parses a size: 1500, 64KB (10^3), 64KiB (2^10), 1MiB.
-func ParseBytes(s string) (uint64, error) {
-	l := strings.ToLower(s)
-	mult := uint64(1)
-	num := l
-	for _, u := range byteUnits {
-		if strings.HasSuffix(l, u.suffix) {
-			mult, num = u.mult, strings.TrimSuffix(l, u.suffix)
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("%q is not a size (write 1500, 64KB or 1MiB)", s)
-	}
-	if f*float64(mult) > 1<<40 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return uint64(math.Round(f * float64(mult))), nil
-}
-
 // ParseAssignments splits "name=value" strings into a map, rejecting
 // duplicates and malformed items.
 func ParseAssignments(items []string) (map[string]string, error) {
@@ -249,11 +138,11 @@ func ParseAssignments(items []string) (map[string]string, error) {
 		for _, kv := range strings.Split(it, ",") {
 			name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
 			if !ok || name == "" {
-				return nil, newError(KindBadParam, "write parameters as name=value, e.g. gamma=0.9",
+				return nil, kernel.NewError(kernel.KindBadParam, "write parameters as name=value, e.g. gamma=0.9",
 					nil, "parameter %q is not of the form name=value", kv)
 			}
 			if _, dup := out[name]; dup {
-				return nil, newError(KindBadParam, "give each parameter once", nil,
+				return nil, kernel.NewError(kernel.KindBadParam, "give each parameter once", nil,
 					"parameter %q is given twice", name)
 			}
 			out[name] = val
@@ -334,29 +223,71 @@ func (l *paramLayout) encode(vals map[string]uint64) ([]byte, error) {
 	return buf, nil
 }
 
-// resolveParams turns user assignments into stored values. Parameters not
-// given keep the value in cur (or their default when cur is nil). auto
-// resolves "auto" values.
-func resolveParams(specs []ParamSpec, given map[string]string, cur map[string]uint64,
-	auto func(ParamSpec) (uint64, string, error)) (map[string]uint64, []string, error) {
-	if err := checkParams(specs, given); err != nil {
-		return nil, nil, err
+// givenParams are a user's parameter assignments, checked and parsed:
+// the stored value of each, or auto for an "auto" that the loader still
+// has to resolve.
+type givenParams map[string]givenValue
+
+type givenValue struct {
+	v    uint64
+	auto bool
+}
+
+// parseGiven checks the user's assignments against specs and parses them,
+// once, before anything touches the kernel: names that are not parameters
+// of the CC and values that do not parse are errors of kind KindBadParam.
+func parseGiven(specs []ParamSpec, given map[string]string) (givenParams, error) {
+	out := givenParams{}
+	for name, text := range given {
+		i := slices.IndexFunc(specs, func(p ParamSpec) bool { return p.Name == name })
+		if i < 0 {
+			return nil, kernel.NewError(kernel.KindBadParam, "valid parameters: "+paramNames(specs), nil,
+				"unknown parameter %q", name)
+		}
+		p := specs[i]
+		if p.Auto && isAuto(text) {
+			out[name] = givenValue{auto: true}
+			continue
+		}
+		v, err := p.Parse(text)
+		if err != nil {
+			return nil, badValue(p, err)
+		}
+		out[name] = givenValue{v: v}
 	}
+	return out, nil
+}
+
+func isAuto(text string) bool { return strings.EqualFold(strings.TrimSpace(text), "auto") }
+
+// resolveParams turns checked assignments into stored values. Parameters
+// not given keep the value in cur (or their default when cur is nil). auto
+// resolves "auto" values.
+func resolveParams(specs []ParamSpec, given givenParams, cur map[string]uint64,
+	auto func(ParamSpec) (uint64, string, error)) (map[string]uint64, []string, error) {
 	out := map[string]uint64{}
 	var notes []string
 	for _, p := range specs {
-		text, ok := given[p.Name]
+		g, ok := given[p.Name]
 		if !ok {
 			if v, have := cur[p.Name]; have {
 				out[p.Name] = v
 				continue
 			}
-			text = p.Default
+			if p.Auto && isAuto(p.Default) {
+				g.auto = true
+			} else {
+				v, err := p.Parse(p.Default)
+				if err != nil {
+					return nil, nil, fmt.Errorf("default of %s: %w", p.Name, err)
+				}
+				g.v = v
+			}
 		}
-		if p.Auto && strings.EqualFold(strings.TrimSpace(text), "auto") {
+		if g.auto {
 			v, note, err := auto(p)
 			if err != nil {
-				return nil, nil, newError(KindBadParam, "set it explicitly, e.g. "+p.Name+"=25gbit", err,
+				return nil, nil, kernel.NewError(kernel.KindBadParam, "set it explicitly, e.g. "+p.Name+"=25gbit", err,
 					"cannot resolve %s=auto", p.Name)
 			}
 			out[p.Name] = v
@@ -365,37 +296,13 @@ func resolveParams(specs []ParamSpec, given map[string]string, cur map[string]ui
 			}
 			continue
 		}
-		v, err := p.Parse(text)
-		if err != nil {
-			return nil, nil, badValue(p, err)
-		}
-		out[p.Name] = v
+		out[p.Name] = g.v
 	}
 	return out, notes, nil
 }
 
-// checkParams rejects names that are not parameters of the CC and values
-// that do not parse, before anything touches the kernel.
-func checkParams(specs []ParamSpec, given map[string]string) error {
-	for name, text := range given {
-		i := slices.IndexFunc(specs, func(p ParamSpec) bool { return p.Name == name })
-		if i < 0 {
-			return newError(KindBadParam, "valid parameters: "+paramNames(specs), nil,
-				"unknown parameter %q", name)
-		}
-		p := specs[i]
-		if p.Auto && strings.EqualFold(strings.TrimSpace(text), "auto") {
-			continue
-		}
-		if _, err := p.Parse(text); err != nil {
-			return badValue(p, err)
-		}
-	}
-	return nil
-}
-
 func badValue(p ParamSpec, err error) error {
-	return newError(KindBadParam, fmt.Sprintf("%s (%s) is a %s: %s", p.Name, p.Doc, p.Unit, p.Range()),
+	return kernel.NewError(kernel.KindBadParam, fmt.Sprintf("%s (%s) is a %s: %s", p.Name, p.Doc, p.Unit, p.Range()),
 		err, "invalid parameter")
 }
 

@@ -1,7 +1,13 @@
 package loader
 
 import (
+	"encoding/binary"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/ccload/ccload/internal/kernel"
 )
 
 func TestParamParse(t *testing.T) {
@@ -119,7 +125,7 @@ func TestParseAssignments(t *testing.T) {
 			continue
 		}
 		if tt.wantErr {
-			if !IsKind(err, KindBadParam) {
+			if !kernel.IsKind(err, kernel.KindBadParam) {
 				t.Errorf("ParseAssignments(%q) error kind: %v", tt.in, err)
 			}
 			continue
@@ -142,7 +148,15 @@ func TestResolveParams(t *testing.T) {
 	}
 	auto := func(p ParamSpec) (uint64, string, error) { return 25e9, "auto note", nil }
 
-	vals, notes, err := resolveParams(cc.Params, map[string]string{"gamma": "0.5"}, nil, auto)
+	resolve := func(given map[string]string, cur map[string]uint64) (map[string]uint64, []string, error) {
+		checked, err := parseGiven(cc.Params, given)
+		if err != nil {
+			return nil, nil, err
+		}
+		return resolveParams(cc.Params, checked, cur, auto)
+	}
+
+	vals, notes, err := resolve(map[string]string{"gamma": "0.5"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +169,7 @@ func TestResolveParams(t *testing.T) {
 
 	// Values not given keep the current ones; auto is not re-resolved.
 	cur := map[string]uint64{"gamma": 1000, "base_rtt": 20, "host_bw": 1e9, "expected_flows": 3, "beta": 0}
-	vals, _, err = resolveParams(cc.Params, map[string]string{"base_rtt": "30us"}, cur, auto)
+	vals, _, err = resolve(map[string]string{"base_rtt": "30us"}, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +182,8 @@ func TestResolveParams(t *testing.T) {
 		{"gamma": "2"},
 		{"base_rtt": "20"},
 	} {
-		if _, _, err := resolveParams(cc.Params, bad, nil, auto); !IsKind(err, KindBadParam) || FixOf(err) == "" {
-			t.Errorf("resolveParams(%v) = %v, want a bad-parameter error with a fix", bad, err)
+		if _, _, err := resolve(bad, nil); !kernel.IsKind(err, kernel.KindBadParam) || kernel.FixOf(err) == "" {
+			t.Errorf("parseGiven(%v) = %v, want a bad-parameter error with a fix", bad, err)
 		}
 	}
 }
@@ -180,7 +194,7 @@ func TestParamLayoutMatchesBTF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := newParamLayout(spec.Maps[pinParams].Value, cc.Params)
+		l, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params)
 		if err != nil {
 			t.Fatalf("%s: %v", cc.Name, err)
 		}
@@ -226,10 +240,10 @@ func TestSelectCongControl(t *testing.T) {
 
 func TestLookupUnknown(t *testing.T) {
 	_, err := Lookup("powertcp_nope")
-	if !IsKind(err, KindUnknownCC) {
+	if !kernel.IsKind(err, kernel.KindUnknownCC) {
 		t.Fatalf("Lookup: %v, want unknown-CC error", err)
 	}
-	if FixOf(err) == "" {
+	if kernel.FixOf(err) == "" {
 		t.Fatal("unknown-CC error has no fix")
 	}
 }
@@ -246,5 +260,58 @@ func TestParamsString(t *testing.T) {
 		if got := ParamsString(tc.in); got != tc.want {
 			t.Errorf("ParamsString(%v) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestObjectMapNames checks that every CC object names its maps as the
+// loader expects (mapParams, mapStats, ...; see registry.go), and has its
+// struct_ops map under cc.opsMap.
+func TestObjectMapNames(t *testing.T) {
+	for _, cc := range Builtin() {
+		spec, err := cc.load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{cc.opsMap, mapParams, mapStats}
+		if cc.Name != "bpf_dctcp" {
+			want = append(want, mapEvents, mapTraceOn)
+		}
+		if cc.UsesINT {
+			want = append(want, mapINTStore)
+		}
+		for _, name := range want {
+			if _, ok := spec.Maps[name]; !ok {
+				t.Errorf("%s: object has no map %q", cc.Name, name)
+			}
+		}
+		if ops := spec.Maps[cc.opsMap]; ops != nil && ops.Type != ebpf.StructOpsMap {
+			t.Errorf("%s: map %q is a %v, want a struct_ops map", cc.Name, cc.opsMap, ops.Type)
+		}
+	}
+}
+
+// TestDecodeTraceEvent checks the decoding of a trace record laid out as
+// struct cc_trace_event (bpf/include/ccload.h).
+func TestDecodeTraceEvent(t *testing.T) {
+	rec := traceRecord{TsNs: 1500, SndCwnd: 10, CwndBytes: 14480, Signal: fpOne / 2, QlenBytes: 3000,
+		RttUs: 42, PacingMbps: 950, Mode: 2, Sport: 40000, Dport: 5201}
+	rec.Saddr = binary.NativeEndian.Uint32([]byte{198, 18, 0, 1})
+	rec.Daddr = binary.NativeEndian.Uint32([]byte{198, 18, 10, 1})
+	raw, err := binary.Append(nil, binary.NativeEndian, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := time.Unix(1000, 0)
+	e, err := decodeTraceEvent(raw, boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TraceEvent{Time: boot.Add(1500), Flow: "198.18.0.1:40000 -> 198.18.10.1:5201", SndCwnd: 10, CwndBytes: 14480,
+		Signal: 0.5, QlenBytes: 3000, RTT: 42 * time.Microsecond, PacingMbps: 950, Mode: "int"}
+	if e != want {
+		t.Errorf("decodeTraceEvent = %+v, want %+v", e, want)
+	}
+	if _, err := decodeTraceEvent(raw[:10], boot); err == nil {
+		t.Error("a short record decoded without an error")
 	}
 }

@@ -29,6 +29,7 @@ const (
 	powertcpProgPowertcpSetState          = "powertcp_set_state"
 	powertcpProgPowertcpSsthresh          = "powertcp_ssthresh"
 	powertcpProgPowertcpUndoCwnd          = "powertcp_undo_cwnd"
+	powertcpVarCcTraceEventBtf            = "cc_trace_event_btf"
 )
 
 // loadPowertcp returns the embedded CollectionSpec for powertcp.
@@ -98,6 +99,7 @@ type powertcpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type powertcpVariableSpecs struct {
+	CcTraceEventBtf *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
 }
 
 // powertcpObjects contains all objects after they have been loaded into the kernel.
@@ -143,6 +145,7 @@ func (m *powertcpMaps) Close() error {
 //
 // It can be passed to loadPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type powertcpVariables struct {
+	CcTraceEventBtf *ebpf.Variable `ebpf:"cc_trace_event_btf"`
 }
 
 // powertcpPrograms contains all programs after they have been loaded into the kernel.

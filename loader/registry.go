@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ccload/ccload/internal/kernel"
+
 	"github.com/cilium/ebpf"
 )
 
@@ -22,8 +24,22 @@ type CC struct {
 	// map that the INT sockops program fills (ccload int enable).
 	UsesINT bool
 
-	load func() (*ebpf.CollectionSpec, error)
+	load   func() (*ebpf.CollectionSpec, error)
+	opsMap string // the struct_ops map's name in the object (bpf2go's constant)
 }
+
+// The maps every CC object has, under the same names (CCLOAD_STATS_MAP and
+// CCLOAD_PARAMS in bpf/include/ccload.h, CCLOAD_TRACE_MAPS in the CCs that
+// trace, INT_STORE_MAP in bpf/include/int.h). bpf2go names them once per
+// object; these take theta_powertcp's and powertcp's names, and
+// TestObjectMapNames checks that every object agrees.
+const (
+	mapParams   = thetaPowertcpMapParams
+	mapStats    = thetaPowertcpMapStats
+	mapEvents   = thetaPowertcpMapEvents
+	mapTraceOn  = thetaPowertcpMapTraceOn
+	mapINTStore = powertcpMapIntStore
+)
 
 // Param returns the spec of the named parameter.
 func (c *CC) Param(name string) (ParamSpec, bool) {
@@ -46,6 +62,7 @@ func Builtin() []*CC {
 			Summary: "θ-PowerTCP: power-based window from RTT and RTT gradient (PowerTCP, NSDI'22, App. D)",
 			Params:  powerParams(),
 			load:    loadThetaPowertcp,
+			opsMap:  thetaPowertcpMapThetaPowertcp,
 		},
 		{
 			Name:    "powertcp",
@@ -53,6 +70,7 @@ func Builtin() []*CC {
 			Params:  powerParams(),
 			UsesINT: true,
 			load:    loadPowertcp,
+			opsMap:  powertcpMapPowertcp,
 		},
 		{
 			Name:    "hpcc",
@@ -63,19 +81,15 @@ func Builtin() []*CC {
 					Min: fpOne / 2, Max: fpOne, Doc: "target utilisation η"},
 				{Name: "max_stage", Field: "max_stage", Unit: UnitCount, Default: "5",
 					Min: 0, Max: 100, Doc: "additive-increase stages before a multiplicative step"},
-				{Name: "base_rtt", Field: "base_rtt_us", Unit: UnitDuration, Default: "0",
-					Min: 1, Max: 1 << 24, Zero: "track each flow's minimum RTT",
-					Doc: "T, the base RTT (a little above the network's largest)"},
-				{Name: "host_bw", Field: "host_bw_bps", Unit: UnitBandwidth, Default: "auto", Auto: true,
-					Min: 1_000_000, Max: 1_600_000_000_000,
-					Doc: "host NIC bandwidth: W_init = host_bw·T; auto reads the default-route interface"},
+				baseRTTParam("T, the base RTT (a little above the network's largest)"),
+				hostBWParam("host NIC bandwidth: W_init = host_bw·T; auto reads the default-route interface"),
 				{Name: "wai", Field: "wai_bytes", Unit: UnitBytes, Default: "0",
 					Min: 1, Max: 1 << 30, Zero: "W_init·(1-η)/expected_flows",
 					Doc: "additive increase W_AI"},
-				{Name: "expected_flows", Field: "expected_flows", Unit: UnitCount, Default: "10",
-					Min: 1, Max: 1 << 20, Doc: "N in W_AI = W_init·(1-η)/N: flows expected on a link"},
+				expectedFlowsParam("N in W_AI = W_init·(1-η)/N: flows expected on a link"),
 			},
-			load: loadHpcc,
+			load:   loadHpcc,
+			opsMap: hpccMapHpcc,
 		},
 		{
 			Name:     "bpf_dctcp",
@@ -87,7 +101,8 @@ func Builtin() []*CC {
 				{Name: "alpha_on_init", Field: "alpha_on_init", Unit: UnitFraction, Scale: 1024,
 					Default: "1", Min: 0, Max: 1024, Doc: "α of a new connection"},
 			},
-			load: loadDctcp,
+			load:   loadDctcp,
+			opsMap: dctcpMapBpfDctcp,
 		},
 	}
 	sort.Slice(ccs, func(i, j int) bool { return ccs[i].Name < ccs[j].Name })
@@ -100,18 +115,32 @@ func powerParams() []ParamSpec {
 	return []ParamSpec{
 		{Name: "gamma", Field: "gamma", Unit: UnitFraction, Scale: fpOne, Default: "0.9",
 			Min: fpOne / 100, Max: fpOne, Doc: "EWMA weight γ of the window update"},
-		{Name: "base_rtt", Field: "base_rtt_us", Unit: UnitDuration, Default: "0",
-			Min: 1, Max: 1 << 24, Zero: "track each flow's minimum RTT",
-			Doc: "base RTT τ of the network"},
-		{Name: "host_bw", Field: "host_bw_bps", Unit: UnitBandwidth, Default: "auto", Auto: true,
-			Min: 1_000_000, Max: 1_600_000_000_000,
-			Doc: "host NIC bandwidth; auto reads the default-route interface's speed"},
-		{Name: "expected_flows", Field: "expected_flows", Unit: UnitCount, Default: "10",
-			Min: 1, Max: 1 << 20, Doc: "N in β = host_bw·τ/N: flows expected to share the NIC"},
+		baseRTTParam("base RTT τ of the network"),
+		hostBWParam("host NIC bandwidth; auto reads the default-route interface's speed"),
+		expectedFlowsParam("N in β = host_bw·τ/N: flows expected to share the NIC"),
 		{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
 			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows",
 			Doc: "additive increase β per RTT"},
 	}
+}
+
+// The parameters that several CCs share (struct power_params in
+// bpf/include/power.h, struct hpcc_params in bpf/hpcc.c): one spec each,
+// with the CC's own explanation.
+
+func baseRTTParam(doc string) ParamSpec {
+	return ParamSpec{Name: "base_rtt", Field: "base_rtt_us", Unit: UnitDuration, Default: "0",
+		Min: 1, Max: 1 << 24, Zero: "track each flow's minimum RTT", Doc: doc}
+}
+
+func hostBWParam(doc string) ParamSpec {
+	return ParamSpec{Name: "host_bw", Field: "host_bw_bps", Unit: UnitBandwidth, Default: "auto", Auto: true,
+		Min: 1_000_000, Max: 1_600_000_000_000, Doc: doc}
+}
+
+func expectedFlowsParam(doc string) ParamSpec {
+	return ParamSpec{Name: "expected_flows", Field: "expected_flows", Unit: UnitCount, Default: "10",
+		Min: 1, Max: 1 << 20, Doc: doc}
 }
 
 // Lookup returns the built-in CC called name.
@@ -123,7 +152,7 @@ func Lookup(name string) (*CC, error) {
 		}
 		names = append(names, c.Name)
 	}
-	return nil, newError(KindUnknownCC,
+	return nil, kernel.NewError(kernel.KindUnknownCC,
 		"available: "+strings.Join(names, ", ")+" (see `ccload list`)", nil,
 		"unknown congestion control %q", name)
 }

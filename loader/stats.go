@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/ccload/ccload/internal/percpu"
 )
 
 // statNames names the counters of bpf/include/ccload.h's enum ccload_stat,
@@ -30,20 +32,27 @@ func (s Stats) SocketsInUse() int64 {
 }
 
 func readStats(m *ebpf.Map) (Stats, error) {
+	sums, err := percpu.SumAll(m, len(statNames))
+	if err != nil {
+		return nil, fmt.Errorf("read CC counters: %w", err)
+	}
 	out := Stats{}
-	for i, name := range statNames {
-		if uint32(i) >= m.MaxEntries() {
-			break
-		}
-		var perCPU []uint64
-		if err := m.Lookup(uint32(i), &perCPU); err != nil {
-			return nil, fmt.Errorf("read counter %s: %w", name, err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
-		}
-		out[name] = sum
+	for i, v := range sums {
+		out[statNames[i]] = v
 	}
 	return out, nil
+}
+
+// Stats returns the counters of the attached CC name.
+func (l *Loader) Stats(name string) (Stats, error) {
+	cc, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := l.inspectAttached(cc)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	return readStats(st.stats)
 }

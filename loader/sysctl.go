@@ -1,38 +1,24 @@
 package loader
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/ccload/ccload/internal/kernel"
 )
 
+// The sysctls of TCP congestion control, below /proc/sys.
 const (
 	sysctlAvailable = "net/ipv4/tcp_available_congestion_control"
 	sysctlDefault   = "net/ipv4/tcp_congestion_control"
 )
 
-func readSysctl(procSys, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(procSys, name))
-	if err != nil {
-		return "", fmt.Errorf("read sysctl %s: %w", name, err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-func writeSysctl(procSys, name, value string) error {
-	if err := os.WriteFile(filepath.Join(procSys, name), []byte(value), 0o644); err != nil {
-		return fmt.Errorf("write sysctl %s=%s: %w", name, value, err)
-	}
-	return nil
-}
-
 // registeredCCs lists the congestion controls the kernel knows now.
 func registeredCCs(procSys string) ([]string, error) {
-	s, err := readSysctl(procSys, sysctlAvailable)
+	s, err := kernel.ReadSysctl(procSys, sysctlAvailable)
 	if err != nil {
-		return nil, err
+		return nil, kernel.NewError(kernel.KindSysctl, "ccload needs /proc/sys of the network namespace it acts in", err,
+			"read the registered congestion controls")
 	}
 	return strings.Fields(s), nil
 }

@@ -8,9 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type thetaPowertcpCcTraceEvent struct {
+	_          structs.HostLayout
+	TsNs       uint64
+	Saddr      uint32
+	Daddr      uint32
+	Sport      uint16
+	Dport      uint16
+	SndCwnd    uint32
+	CwndBytes  uint64
+	Signal     int64
+	QlenBytes  uint32
+	RttUs      uint32
+	PacingMbps uint32
+	Mode       uint32
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -28,6 +45,7 @@ const (
 	thetaPowertcpProgThetaPowertcpSetState          = "theta_powertcp_set_state"
 	thetaPowertcpProgThetaPowertcpSsthresh          = "theta_powertcp_ssthresh"
 	thetaPowertcpProgThetaPowertcpUndoCwnd          = "theta_powertcp_undo_cwnd"
+	thetaPowertcpVarCcTraceEventBtf                 = "cc_trace_event_btf"
 )
 
 // loadThetaPowertcp returns the embedded CollectionSpec for thetaPowertcp.
@@ -96,6 +114,7 @@ type thetaPowertcpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type thetaPowertcpVariableSpecs struct {
+	CcTraceEventBtf *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
 }
 
 // thetaPowertcpObjects contains all objects after they have been loaded into the kernel.
@@ -139,6 +158,7 @@ func (m *thetaPowertcpMaps) Close() error {
 //
 // It can be passed to loadThetaPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type thetaPowertcpVariables struct {
+	CcTraceEventBtf *ebpf.Variable `ebpf:"cc_trace_event_btf"`
 }
 
 // thetaPowertcpPrograms contains all programs after they have been loaded into the kernel.

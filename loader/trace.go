@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/kernel"
 )
 
 // TraceEvent is what a congestion control saw and did on one ACK
@@ -29,30 +31,46 @@ type TraceEvent struct {
 	Mode       string        `json:"mode"` // "rtt" or "int"
 }
 
-const traceEventSize = 56 // sizeof(struct cc_trace_event)
+// traceRecord is struct cc_trace_event of bpf/include/ccload.h, as bpf2go
+// wrote it from theta_powertcp's object; every CC that traces emits it.
+type traceRecord = thetaPowertcpCcTraceEvent
+
+// traceModes names TRACE_MODE_* of bpf/include/ccload.h.
+var traceModes = map[uint32]string{1: "rtt", 2: "int"}
 
 func decodeTraceEvent(b []byte, boot time.Time) (TraceEvent, error) {
-	if len(b) < traceEventSize {
-		return TraceEvent{}, fmt.Errorf("trace record of %d bytes, want %d", len(b), traceEventSize)
+	var r traceRecord
+	if len(b) < binary.Size(r) {
+		return TraceEvent{}, fmt.Errorf("trace record of %d bytes, want %d", len(b), binary.Size(r))
 	}
-	le := binary.NativeEndian
-	saddr := netip.AddrFrom4([4]byte(b[8:12]))
-	daddr := netip.AddrFrom4([4]byte(b[12:16]))
+	if _, err := binary.Decode(b, binary.NativeEndian, &r); err != nil {
+		return TraceEvent{}, fmt.Errorf("decode trace record: %w", err)
+	}
 	e := TraceEvent{
-		Time:       boot.Add(time.Duration(le.Uint64(b[0:]))),
-		Flow:       fmt.Sprintf("%s -> %s", netip.AddrPortFrom(saddr, le.Uint16(b[16:])), netip.AddrPortFrom(daddr, le.Uint16(b[18:]))),
-		SndCwnd:    le.Uint32(b[20:]),
-		CwndBytes:  le.Uint64(b[24:]),
-		Signal:     float64(int64(le.Uint64(b[32:]))) / fpOne,
-		QlenBytes:  le.Uint32(b[40:]),
-		RTT:        time.Duration(le.Uint32(b[44:])) * time.Microsecond,
-		PacingMbps: le.Uint32(b[48:]),
-		Mode:       map[uint32]string{1: "rtt", 2: "int"}[le.Uint32(b[52:])],
+		Time:       boot.Add(time.Duration(r.TsNs)),
+		SndCwnd:    r.SndCwnd,
+		CwndBytes:  r.CwndBytes,
+		Signal:     float64(r.Signal) / fpOne,
+		QlenBytes:  r.QlenBytes,
+		RTT:        time.Duration(r.RttUs) * time.Microsecond,
+		PacingMbps: r.PacingMbps,
+		Mode:       traceModes[r.Mode],
 	}
+	saddr, daddr := networkOrderAddr(r.Saddr), networkOrderAddr(r.Daddr)
 	if saddr.IsUnspecified() { // IPv6 sockets: ports only
-		e.Flow = fmt.Sprintf(":%d -> :%d", le.Uint16(b[16:]), le.Uint16(b[18:]))
+		e.Flow = fmt.Sprintf(":%d -> :%d", r.Sport, r.Dport)
+	} else {
+		e.Flow = fmt.Sprintf("%s -> %s", netip.AddrPortFrom(saddr, r.Sport), netip.AddrPortFrom(daddr, r.Dport))
 	}
 	return e, nil
+}
+
+// networkOrderAddr turns an IPv4 address that the kernel keeps in network
+// order, and that was read as a native-endian integer, back into an address.
+func networkOrderAddr(v uint32) netip.Addr {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
 }
 
 // monotonicBoot is the wall-clock time of CLOCK_MONOTONIC zero, to turn
@@ -75,19 +93,19 @@ func (l *Loader) Trace(ctx context.Context, name string, fn func(TraceEvent) err
 		return err
 	}
 	dir := l.PinDir(cc.Name)
-	events, err := ebpf.LoadPinnedMap(filepath.Join(dir, "events"), nil)
+	events, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapEvents), nil)
 	if errors.Is(err, os.ErrNotExist) {
-		if !exists(dir) {
-			return newError(KindNotAttached, "attach it first: ccload attach "+name, nil, "%s is not attached", name)
+		if !kernel.Exists(dir) {
+			return kernel.NewError(kernel.KindNotAttached, "attach it first: ccload attach "+name, nil, "%s is not attached", name)
 		}
-		return newError(KindLoad, "this CC keeps no trace (theta_powertcp, powertcp and hpcc do), or it was attached by an older ccload: detach and attach it again",
+		return kernel.NewError(kernel.KindBadParam, "this CC keeps no trace (theta_powertcp, powertcp and hpcc do), or it was attached by an older ccload: detach and attach it again",
 			nil, "%s has no trace buffer", name)
 	}
 	if err != nil {
 		return fmt.Errorf("open %s trace buffer: %w", name, err)
 	}
 	defer events.Close()
-	on, err := ebpf.LoadPinnedMap(filepath.Join(dir, "trace_on"), nil)
+	on, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapTraceOn), nil)
 	if err != nil {
 		return fmt.Errorf("open %s trace switch: %w", name, err)
 	}

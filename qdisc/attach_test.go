@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -55,7 +56,7 @@ func wantFilter(dir Direction, prio uint16, id ebpf.ProgramID) string {
 // enforced.
 func TestAttachCloseRemovesEverything(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	if err := e.SetDelay(100 * time.Microsecond); err != nil {
@@ -148,7 +149,7 @@ func TestAttachCloseRemovesEverything(t *testing.T) {
 // clsact qdisc too.
 func TestAttachClsactSharing(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	id := programID(t, e.Program())
@@ -203,7 +204,7 @@ func TestAttachClsactSharing(t *testing.T) {
 // TestAttachErrors checks that Attach fails cleanly on bad input.
 func TestAttachErrors(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	before := readTCState(t, p.A, iface)

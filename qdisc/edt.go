@@ -6,13 +6,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-)
 
-// edtConfig mirrors struct edt_config in bpf/edt_delay.c. Its layout is
-// checked against the object's BTF by TestEDTConfigMatchesBTF.
-type edtConfig struct {
-	DelayNs uint64
-}
+	"github.com/ccload/ccload/internal/percpu"
+)
 
 // edtStatNames names enum edt_stat of bpf/edt_delay.c, in order.
 var edtStatNames = [...]string{"packets", "delayed", "kept"}
@@ -65,7 +61,7 @@ func (e *EDTDelay) SetDelay(d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("set edt delay: %v is negative", d)
 	}
-	cfg := edtConfig{DelayNs: uint64(d.Nanoseconds())}
+	cfg := edtDelayEdtConfig{DelayNs: uint64(d.Nanoseconds())}
 	if err := e.objs.EdtConfig.Put(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("set edt delay to %v: %w", d, err)
 	}
@@ -74,7 +70,7 @@ func (e *EDTDelay) SetDelay(d time.Duration) error {
 
 // Delay returns the delay the program applies now.
 func (e *EDTDelay) Delay() (time.Duration, error) {
-	var cfg edtConfig
+	var cfg edtDelayEdtConfig
 	if err := e.objs.EdtConfig.Lookup(uint32(0), &cfg); err != nil {
 		return 0, fmt.Errorf("read edt delay: %w", err)
 	}
@@ -83,15 +79,12 @@ func (e *EDTDelay) Delay() (time.Duration, error) {
 
 // Stats reads the program's counters.
 func (e *EDTDelay) Stats() (EDTStats, error) {
-	var sums [len(edtStatNames)]uint64
-	for i, name := range edtStatNames {
-		var perCPU []uint64
-		if err := e.objs.EdtStats.Lookup(uint32(i), &perCPU); err != nil {
-			return EDTStats{}, fmt.Errorf("read edt counter %s: %w", name, err)
-		}
-		for _, v := range perCPU {
-			sums[i] += v
-		}
+	sums, err := percpu.SumAll(e.objs.EdtStats, len(edtStatNames))
+	if err != nil {
+		return EDTStats{}, fmt.Errorf("read edt counters: %w", err)
+	}
+	if len(sums) < len(edtStatNames) {
+		return EDTStats{}, fmt.Errorf("read edt counters: the map holds %d, want %d", len(sums), len(edtStatNames))
 	}
 	return EDTStats{Packets: sums[0], Delayed: sums[1], Kept: sums[2]}, nil
 }

@@ -8,9 +8,15 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type edtDelayEdtConfig struct {
+	_       structs.HostLayout
+	DelayNs uint64
+}
 
 // Names of all BPF objects in the ELF.
 //

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -58,7 +59,7 @@ func TestFQEDTDelay(t *testing.T) {
 		lowFactor = 0.8
 		slack     = 15 * time.Millisecond
 	)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	q := installFQ(t, p.A, iface, FQConfig{})
 	e := loadEDT(t)
@@ -138,7 +139,7 @@ func TestFQEDTDelay(t *testing.T) {
 // that closing them puts the interface back as it was.
 func TestFQCloseRemovesEverything(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	before := readTCState(t, p.A, iface)
 
@@ -179,7 +180,7 @@ func TestFQCloseRemovesEverything(t *testing.T) {
 // that took the place of its own.
 func TestFQRefusesForeignRoot(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 
 	// One's own fq first, so that the test skips where sch_fq is missing.

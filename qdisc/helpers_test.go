@@ -19,29 +19,8 @@ import (
 	tc "github.com/florianl/go-tc"
 	"golang.org/x/sys/unix"
 
-	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/testbed"
 )
-
-// newPair builds a netns pair that is torn down at the end of the test.
-// Register it before anything that lives inside it, so that t.Cleanup
-// (last in, first out) removes that first.
-func newPair(t testing.TB) *testbed.Pair {
-	t.Helper()
-	testutil.RequireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := testbed.NewPair(ctx, "")
-	if err != nil {
-		t.Fatalf("build netns pair: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("tear down netns pair: %v", err)
-		}
-	})
-	return p
-}
 
 // peerIface returns the name of h's interface toward the other host: the
 // one that is not loopback.

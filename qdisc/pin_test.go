@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -74,7 +75,7 @@ func inspectPinnedIn(t testing.TB, h *testbed.Host, iface string, dir Direction,
 // nothing else.
 func TestPinReleaseDetachPinned(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	if err := e.SetDelay(10 * time.Microsecond); err != nil {
@@ -196,7 +197,7 @@ func TestPinReleaseDetachPinned(t *testing.T) {
 // asked to remove something that is not what the pin says.
 func TestDetachPinnedRefuses(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	pins := bpffsDir(t)
@@ -276,7 +277,7 @@ func TestDetachPinnedRefuses(t *testing.T) {
 // link by accident, and that Close still detaches it afterwards.
 func TestReleaseRefusesUnpinnedTCX(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	id := programID(t, e.Program())
@@ -308,7 +309,7 @@ func TestReleaseRefusesUnpinnedTCX(t *testing.T) {
 // detaches it and removes its pin.
 func TestClosePinnedRemovesPin(t *testing.T) {
 	testutil.RequireRoot(t)
-	p := newPair(t)
+	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
 	pins := bpffsDir(t)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the committed BPF objects (loader/*_bpfel.{o,go}) with the
+# Regenerates the committed BPF objects (*_bpfel.{o,go} in the packages below) with the
 # pinned toolchain. With --check, fails when they differ from what is
 # committed, so a stale object can never be shipped.
 #
@@ -15,7 +15,7 @@ check=false
 [ "${1:-}" = "--check" ] && check=true
 
 # Every package with a go:generate for bpf2go.
-pkgs=(loader qdisc)
+pkgs=(loader qdisc telemetry/sockops telemetry/hop)
 
 if $check; then
 	tmp=$(mktemp -d)
@@ -27,7 +27,7 @@ if $check; then
 fi
 
 for pkg in "${pkgs[@]}"; do
-	(cd "$pkg" && go generate ./...)
+	(cd "$pkg" && go generate .)
 done
 
 if $check; then
@@ -46,4 +46,4 @@ if $check; then
 	done
 	exit $status
 fi
-echo "gen-bpf: regenerated $(ls loader/*_bpfel.o qdisc/*_bpfel.o | wc -l) objects with $($CLANG --version | head -1)"
+echo "gen-bpf: regenerated $(for p in "${pkgs[@]}"; do ls "$p"/*_bpfel.o; done | wc -l) objects with $($CLANG --version | head -1)"

@@ -37,11 +37,14 @@ func guestPackages() []testPackage {
 		{name: "loader", path: "loader", tests: "^(" + strings.Join([]string{
 			"TestAttachDetachLifecycle", "TestAttachUpdatesParamsWhenAttached", "TestAttachErrors",
 			"TestNotAttachedErrors", "TestStatusChecks", "TestAttachDefault",
+			"TestSelectCongControl", "TestParamLayoutMatchesBTF", "TestObjectMapNames",
+		}, "|") + ")$"},
+		{name: "sockops", path: "telemetry/sockops", tests: "^TestEnableDisable$"},
+		{name: "hop", path: "telemetry/hop", tests: "^TestHopOnCraftedPackets$"},
+		{name: "e2e", path: "e2e", tests: "^(" + strings.Join([]string{
 			"TestSelectAndTransfer", "TestDCTCPFallsBackWithoutECN", "TestSysctlInitNetns",
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
-			"TestSelectCongControl", "TestParamLayoutMatchesBTF",
-			"TestINTEndToEnd", "TestINTScope", "TestDCTCPMatchesKernel", "TestHopOnCraftedPackets",
-			"TestINTMalformedFromNetwork",
+			"TestINTEndToEnd", "TestINTScope", "TestINTMalformedFromNetwork", "TestDCTCPMatchesKernel",
 		}, "|") + ")$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{

@@ -120,7 +120,10 @@ struct cc_trace_event {
 		__uint(max_entries, 1);                                      \
 		__type(key, __u32);                                          \
 		__type(value, __u32);                                        \
-	} trace_on SEC(".maps")
+	} trace_on SEC(".maps");                                             \
+	/* Unused: it puts struct cc_trace_event into the object's BTF,   \
+	 * from which bpf2go writes the Go type of the record. */         \
+	const struct cc_trace_event *cc_trace_event_btf __attribute__((unused))
 
 /* Emits a trace record if tracing is on. Needs CCLOAD_TRACE_MAPS. */
 #define TRACE_ACK(sk, cwnd, sig, qlen, rtt, md)                              \

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ccload/ccload/bench"
-	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/internal/units"
 )
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -71,19 +71,19 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 			if scenario != "all" && !slices.Contains(bench.Scenarios(), scenario) {
 				return usageError{cmd: "bench", err: fmt.Errorf("--scenario %q: use one of %s, all", scenario, strings.Join(bench.Scenarios(), ", "))}
 			}
-			bps, err := loader.ParseBandwidth(rate)
+			bps, err := units.ParseBandwidth(rate)
 			if err != nil {
 				return usageError{cmd: "bench", err: fmt.Errorf("--rate: %w", err)}
 			}
-			buf, err := loader.ParseBytes(buffer)
+			buf, err := units.ParseBytes(buffer)
 			if err != nil || buf > 1<<30 {
 				return usageError{cmd: "bench", err: fmt.Errorf("--buffer: want a size up to 1GiB, got %q", buffer)}
 			}
-			k, err := loader.ParseBytes(ecn)
+			k, err := units.ParseBytes(ecn)
 			if err != nil || k > 1<<30 {
 				return usageError{cmd: "bench", err: fmt.Errorf("--ecn-threshold: want a size up to 1GiB (0 turns marking off), got %q", ecn)}
 			}
-			is, err := loader.ParseBytes(incastSize)
+			is, err := units.ParseBytes(incastSize)
 			if err != nil {
 				return usageError{cmd: "bench", err: fmt.Errorf("--incast-size: %w", err)}
 			}
@@ -103,7 +103,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 			for _, sc := range scenarios {
 				run := cfg
 				run.Scenario = sc
-				rep, err := bench.Run(ctx, a.loader(), run, progress)
+				rep, err := bench.Run(ctx, a.loader(), a.int(), run, progress)
 				if err != nil {
 					return fmt.Errorf("bench %s: %w", sc, err)
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ccload/ccload/internal/units"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/testbed"
 )
@@ -53,15 +54,15 @@ down when it ends, also on Ctrl-C. Traffic stays inside the namespaces
   ccload demo --cc cubic,bbr,reno,theta_powertcp --rate 2gbit --json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			rateBps, err := loader.ParseBandwidth(rate)
+			rateBps, err := units.ParseBandwidth(rate)
 			if err != nil {
 				return usageError{cmd: "demo", err: fmt.Errorf("--rate: %w", err)}
 			}
-			bufBytes, err := loader.ParseBytes(buffer)
+			bufBytes, err := units.ParseBytes(buffer)
 			if err != nil {
 				return usageError{cmd: "demo", err: fmt.Errorf("--buffer: %w", err)}
 			}
-			bytes, err := loader.ParseBytes(size)
+			bytes, err := units.ParseBytes(size)
 			if err != nil {
 				return usageError{cmd: "demo", err: fmt.Errorf("--bytes: %w", err)}
 			}
@@ -135,7 +136,7 @@ func (a *app) runDemo(ctx context.Context, ccs []string, rate uint64, buffer uin
 		}
 	}
 
-	say("building sender -> router -> receiver: %s bottleneck, %d KiB buffer", loader.FormatBandwidth(rate), buffer>>10)
+	say("building sender -> router -> receiver: %s bottleneck, %d KiB buffer", units.FormatBandwidth(rate), buffer>>10)
 	d, err := testbed.NewDumbbell(ctx, testbed.DumbbellConfig{Senders: 1, BottleneckRate: rate, BufferBytes: buffer})
 	if err != nil {
 		return nil, fmt.Errorf("build the demo topology: %w", err)

@@ -11,7 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/internal/units"
+	"github.com/ccload/ccload/telemetry/hop"
+	"github.com/ccload/ccload/telemetry/sockops"
 )
 
 func newINTCmd(a *app) *cobra.Command {
@@ -72,7 +74,7 @@ Running it again replaces the peers and policy in place.`,
   ccload int enable --peers 10.0.0.0/8 --tag nth=4`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg := loader.INTConfig{Cgroup: cgroup, Slots: slots}
+			cfg := sockops.Config{Cgroup: cgroup, Slots: slots}
 			for _, p := range peers {
 				pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
 				if err != nil {
@@ -84,7 +86,7 @@ Running it again replaces the peers and policy in place.`,
 			if cfg.Every, cfg.TSOOnly, err = parseTag(tag); err != nil {
 				return usageError{cmd: "enable", err: err}
 			}
-			st, err := a.loader().EnableINT(cfg)
+			st, err := a.int().Enable(cfg)
 			if err != nil {
 				return fmt.Errorf("int enable: %w", err)
 			}
@@ -113,7 +115,7 @@ func newINTDisableCmd(a *app) *cobra.Command {
 		Short: "Stop tagging and echoing",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			was, err := a.loader().DisableINT()
+			was, err := a.int().Disable()
 			if err != nil {
 				return fmt.Errorf("int disable: %w", err)
 			}
@@ -130,9 +132,9 @@ func newINTDisableCmd(a *app) *cobra.Command {
 // intStatusJSON is what 'int status --json' prints: INTStatus as before,
 // plus the INT hops of this network namespace.
 type intStatusJSON struct {
-	*loader.INTStatus
-	Hops      []loader.HopStatus `json:"hops"`
-	HopsError string             `json:"hops_error,omitempty"`
+	*sockops.Status
+	Hops      []hop.Status `json:"hops"`
+	HopsError string       `json:"hops_error,omitempty"`
 }
 
 func newINTStatusCmd(a *app) *cobra.Command {
@@ -146,19 +148,18 @@ namespace (ccload int hop): interface, how they are attached, the shaper
 they model, and their counters.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			l := a.loader()
-			st, err := l.INTStatus()
+			st, err := a.int().Status()
 			if err != nil {
 				return err
 			}
-			hops, herr := l.Hops()
+			hops, herr := a.hops().List()
 			if asJSON {
-				out := intStatusJSON{INTStatus: st, Hops: hops}
+				out := intStatusJSON{Status: st, Hops: hops}
 				if herr != nil {
 					out.HopsError = herr.Error()
 				}
 				if out.Hops == nil {
-					out.Hops = []loader.HopStatus{}
+					out.Hops = []hop.Status{}
 				}
 				return a.printJSON(out)
 			}
@@ -178,7 +179,7 @@ they model, and their counters.`,
 }
 
 // printINTStatus prints the sockops side of 'int status'.
-func (a *app) printINTStatus(st *loader.INTStatus) error {
+func (a *app) printINTStatus(st *sockops.Status) error {
 	if !st.Enabled {
 		fmt.Fprintln(a.out, "INT is not enabled (ccload int enable --peers PREFIX...)")
 		return nil
@@ -205,7 +206,7 @@ func (a *app) printINTStatus(st *loader.INTStatus) error {
 }
 
 // printHops prints the INT hops of this network namespace as a table.
-func (a *app) printHops(hops []loader.HopStatus) error {
+func (a *app) printHops(hops []hop.Status) error {
 	if len(hops) == 0 {
 		fmt.Fprintln(a.out, "no INT hops in this network namespace (ccload int hop --iface IF --rate RATE)")
 		return nil
@@ -247,13 +248,13 @@ func hopConfigFlags() []string {
 }
 
 // config reads the hop's config from the flags.
-func (f *hopFlags) config() (loader.HopConfig, error) {
-	cfg := loader.HopConfig{Iface: f.iface, ACKPadding: f.ackPad}
+func (f *hopFlags) config() (hop.Config, error) {
+	cfg := hop.Config{Iface: f.iface, ACKPadding: f.ackPad}
 	if f.rate == "" {
 		return cfg, fmt.Errorf("--rate is required: the rate of the shaper on %s, e.g. 1gbit", f.iface)
 	}
 	var err error
-	if cfg.RateBps, err = loader.ParseBandwidth(f.rate); err != nil {
+	if cfg.RateBps, err = units.ParseBandwidth(f.rate); err != nil {
 		return cfg, fmt.Errorf("--rate: %w", err)
 	}
 	sizes := []struct {
@@ -268,7 +269,7 @@ func (f *hopFlags) config() (loader.HopConfig, error) {
 		if s.val == "" {
 			continue
 		}
-		n, err := loader.ParseBytes(s.val)
+		n, err := units.ParseBytes(s.val)
 		if err != nil {
 			return cfg, fmt.Errorf("--%s: %w", s.flag, err)
 		}
@@ -366,7 +367,7 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 			if f.foreground || f.duration > 0 {
 				return a.hopForeground(c, cfg, f)
 			}
-			st, err := a.loader().AttachHop(cfg)
+			st, err := a.hops().Attach(cfg)
 			if err != nil {
 				return fmt.Errorf("int hop: %w", err)
 			}
@@ -404,7 +405,7 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 
 // hopOff removes the pinned hop of iface.
 func (a *app) hopOff(iface string, asJSON bool) error {
-	was, err := a.loader().DetachHop(iface)
+	was, err := a.hops().Detach(iface)
 	if err != nil {
 		return fmt.Errorf("int hop --off: %w", err)
 	}
@@ -424,27 +425,16 @@ func (a *app) hopOff(iface string, asJSON bool) error {
 
 // hopForeground runs the hop for as long as the command runs, printing
 // its counters every second.
-func (a *app) hopForeground(c *cobra.Command, cfg loader.HopConfig, f hopFlags) error {
-	hops, err := a.loader().Hops()
+func (a *app) hopForeground(c *cobra.Command, cfg hop.Config, f hopFlags) error {
+	h, err := a.hops().Foreground(cfg)
 	if err != nil {
 		return fmt.Errorf("int hop: %w", err)
 	}
-	for _, h := range hops {
-		if h.Iface == cfg.Iface && h.Attached {
-			return fmt.Errorf("int hop: %w", &loader.Error{Kind: loader.KindAlreadyAttached,
-				Problem: fmt.Sprintf("a pinned INT hop already runs on %s (%s)", cfg.Iface, h.PinDir),
-				Fix:     fmt.Sprintf("remove it first: ccload int hop --iface %s --off", cfg.Iface)})
-		}
-	}
-	hop, err := loader.NewHop(cfg)
-	if err != nil {
-		return fmt.Errorf("int hop: %w", err)
-	}
-	defer hop.Close()
+	defer h.Close()
 	ctx, cancel := runContext(c, f.duration)
 	defer cancel()
 	if !f.asJSON {
-		fmt.Fprintf(a.out, "INT hop on %s (%s), %s, buffer %d B; Ctrl-C detaches it\n", cfg.Iface, hop.Method(), f.rate, cfg.BufferBytes)
+		fmt.Fprintf(a.out, "INT hop on %s (%s), %s, buffer %d B; Ctrl-C detaches it\n", cfg.Iface, h.Method(), f.rate, cfg.BufferBytes)
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -454,7 +444,7 @@ func (a *app) hopForeground(c *cobra.Command, cfg loader.HopConfig, f hopFlags) 
 			return nil
 		case <-tick.C:
 		}
-		s, err := hop.Stats()
+		s, err := h.Stats()
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/telemetry/hop"
+	"github.com/ccload/ccload/telemetry/sockops"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -24,18 +27,26 @@ var version = "dev"
 
 // app carries what every subcommand needs; it replaces package globals.
 type app struct {
-	host   loader.Host
+	host   kernel.Host
 	legacy bool
 	out    io.Writer
 }
 
+// loader returns the CC loader, wired to INT's store for the CCs that
+// read INT.
 func (a *app) loader() *loader.Loader {
-	var opts []loader.Option
+	opts := []loader.Option{loader.WithSharedMaps(a.int().Store())}
 	if a.legacy {
-		opts = append(opts, loader.WithRegistration(loader.RegLegacy))
+		opts = append(opts, loader.WithRegistration(kernel.RegLegacy))
 	}
 	return loader.New(a.host, opts...)
 }
+
+// int returns INT tagging (the sockops program and its store).
+func (a *app) int() *sockops.INT { return sockops.New(a.host) }
+
+// hops returns the pinned INT hops.
+func (a *app) hops() *hop.Pins { return hop.NewPins(a.host) }
 
 // runContext is the context of a long-running command: it ends on Ctrl-C
 // or SIGTERM, and after d when d > 0.
@@ -66,7 +77,7 @@ func main() {
 // run executes the CLI and returns the process exit code: 0 on success,
 // 1 on failure, 2 on a usage error.
 func run(args []string, stdout, stderr io.Writer) int {
-	a := &app{host: loader.DefaultHost(), out: stdout}
+	a := &app{host: kernel.DefaultHost(), out: stdout}
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -81,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stderr, "ccload: %v\n", err)
-	if fix := loader.FixOf(err); fix != "" {
+	if fix := kernel.FixOf(err); fix != "" {
 		fmt.Fprintf(stderr, "  fix: %s\n", fix)
 	}
 	return 1

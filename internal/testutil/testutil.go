@@ -1,11 +1,16 @@
 // Package testutil holds the few helpers ccload's tests share: skipping
-// with a reason (or failing, in CI, where nothing may skip), and checks
-// for root and kernel features.
+// with a reason (or failing, in CI, where nothing may skip), checks for
+// root and kernel features, and a pin root of the test's own. Network
+// topologies for tests are in the subpackage testnet, because testbed's own
+// tests use this package.
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/ccload/ccload/internal/kernel"
 )
 
 // NoSkipEnv, when set to a non-empty value, turns every Skip into a
@@ -52,4 +57,15 @@ func SkipKernelLacks(t testing.TB, feature string) {
 		t.Fatalf("the guest kernel lacks %s, which the vmtests guest must have", feature)
 	}
 	t.Skipf("this kernel lacks %s; vmtests (go run ./vmtests --kernel 6.1 --kernel 6.12) runs this test on kernels that have it", feature)
+}
+
+// Host returns the standard kernel.Host with its pins in a directory of
+// their own, <bpffs>/ccload-test-<pid>, which is removed when t ends: tests
+// never touch a user's pins, and the daemon and the CLI never see a test's.
+func Host(t testing.TB) kernel.Host {
+	t.Helper()
+	h := kernel.DefaultHost()
+	h.PinDir = fmt.Sprintf("ccload-test-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(h.PinRoot()) })
+	return h
 }

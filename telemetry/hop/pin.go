@@ -1,0 +1,539 @@
+package hop
+
+// Pinned INT hops: Pins.Attach loads and attaches the hop as New does,
+// pins it and returns, so that the hop outlives the process; Pins.Detach
+// removes it, Pins.List lists them.
+//
+// Pin layout. bpffs is one tree for the whole host, while interface names
+// and indexes belong to a network namespace, so each hop has a directory
+//
+//	<pin root>/hop/<ifname>-<ifindex>-ns<netns inode>/
+//
+// named by the interface's name, its index and the inode number of its
+// network namespace (/proc/thread-self/ns/net): together unique on the
+// host while the namespace lives. bpffs refuses '.' in names, so '.' in
+// the interface name is written %2e and '%' is written %25 (eth0.100 ->
+// eth0%2e100-7-ns4026531840). The directory holds every map of the hop's
+// object, under the map's name (hop_config, hop_stats, hop_queue, ...),
+// and one pin per attached program, named for its side of the interface:
+// tc_egress (tc_ingress): the TCX link, or with clsact the program, whose
+// cls_bpf filter stays in the kernel by itself (see qdisc.Attachment.Pin).
+//
+// The directory is built in a pin.Stage and renamed into place once
+// everything is attached and pinned, so a failed attach leaves no pins and
+// nothing attached; the rename also fails when another process made the
+// directory first.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/units"
+	"github.com/ccload/ccload/qdisc"
+)
+
+// hopDir is the directory of pinned hops below the pin root.
+const hopDir = "hop"
+
+// Status is a pinned INT hop of the calling thread's network
+// namespace: where it is, what it models and its counters.
+type Status struct {
+	// Iface is the interface's name now (the one it had at attach time
+	// when the interface is gone).
+	Iface string `json:"iface"`
+	// Ifindex is the interface's index.
+	Ifindex int `json:"ifindex"`
+	// NetnsInode is the inode number of the interface's network
+	// namespace, as `stat -L -c %i /proc/self/ns/net` prints it.
+	NetnsInode uint64 `json:"netns_inode"`
+	// PinDir is the bpffs directory that holds the hop.
+	PinDir string `json:"pin_dir"`
+	// Method is how the hop's program is attached: tcx or clsact.
+	Method qdisc.Method `json:"method"`
+	// Attached reports whether the hop's programs still run on the
+	// interface. It is false when the interface was deleted or the
+	// filter removed by other means: only pins are left, which
+	// Detach removes.
+	Attached bool `json:"attached"`
+	// Rate is the shaper's rate the hop reports, as units.ParseBandwidth
+	// reads it; RateBps is the same in bit/s.
+	Rate    string `json:"rate"`
+	RateBps uint64 `json:"rate_bps"`
+	// BufferBytes, BurstBytes and ECNThreshold are the model's buffer,
+	// bucket and CE-marking threshold (0: no marking).
+	BufferBytes  uint32 `json:"buffer_bytes"`
+	BurstBytes   uint32 `json:"burst_bytes"`
+	ECNThreshold uint32 `json:"ecn_threshold_bytes"`
+	// ACKPadding reports whether the hop refreshes its record on the ACKs
+	// coming back through the interface (Config.ACKPadding).
+	ACKPadding bool `json:"ack_padding"`
+	// Stats are the hop's counters and queue model.
+	Stats Stats `json:"stats"`
+	// Notes are remarks for the operator.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// key names a pinned hop; String is its directory's name.
+type key struct {
+	ifname  string
+	ifindex int
+	netns   uint64
+}
+
+func (k key) String() string {
+	var b strings.Builder
+	for _, c := range []byte(k.ifname) {
+		switch c {
+		case '.':
+			b.WriteString("%2e")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return fmt.Sprintf("%s-%d-ns%d", b.String(), k.ifindex, k.netns)
+}
+
+// parseKey reads a directory name that key.String wrote.
+func parseKey(s string) (key, bool) {
+	rest, ns, ok := cutLast(s, "-ns")
+	if !ok {
+		return key{}, false
+	}
+	esc, idx, ok := cutLast(rest, "-")
+	if !ok || esc == "" {
+		return key{}, false
+	}
+	var k key
+	var err error
+	if k.netns, err = strconv.ParseUint(ns, 10, 64); err != nil {
+		return key{}, false
+	}
+	if k.ifindex, err = strconv.Atoi(idx); err != nil || k.ifindex <= 0 {
+		return key{}, false
+	}
+	k.ifname = strings.NewReplacer("%2e", ".", "%25", "%").Replace(esc)
+	// Only the canonical spelling is a key.
+	return k, k.String() == s
+}
+
+// cutLast splits s around the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}
+
+// currentNetns returns the inode number of the calling thread's network
+// namespace.
+func currentNetns() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("identify this thread's network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// pinPath is the pin of the attachment on side dir in a hop's directory.
+func pinPath(dir string, side qdisc.Direction) string {
+	return filepath.Join(dir, "tc_"+side.String())
+}
+
+// sides lists the sides of an interface a hop may have a program on.
+func sides() []qdisc.Direction { return []qdisc.Direction{qdisc.Egress, qdisc.Ingress} }
+
+// Pins attaches, lists and removes the pinned INT hops of a host. Like
+// the loader it keeps no state: everything is in the kernel and in bpffs.
+type Pins struct {
+	host kernel.Host
+}
+
+// NewPins returns the pinned hops of host's pin root.
+func NewPins(host kernel.Host) *Pins { return &Pins{host: host} }
+
+func (l *Pins) root() string { return filepath.Join(l.host.PinRoot(), hopDir) }
+
+func (l *Pins) dir(k key) string { return filepath.Join(l.root(), k.String()) }
+
+// findHops returns the keys of the pinned hops of network namespace ns on
+// the interface with index ifindex (whatever it was called then; 0 is no
+// interface), and those left from a deleted interface that was called
+// iface.
+func (l *Pins) findHops(iface string, ifindex int, ns uint64) ([]key, error) {
+	entries, err := os.ReadDir(l.root())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned INT hops: %w", err)
+	}
+	var keys []key
+	for _, e := range entries {
+		k, ok := parseKey(e.Name())
+		if !ok || !e.IsDir() || k.netns != ns {
+			continue
+		}
+		if k.ifindex == ifindex || (k.ifname == iface && ifaceGone(k.ifindex)) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// privateMountNS reports whether this process has a mount namespace of
+// its own, unlike its parent: `ip netns exec` makes one, with a fresh
+// /sys that hides the host's bpffs.
+func privateMountNS() bool {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false
+	}
+	parent, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid()))
+	return err == nil && parent != self
+}
+
+// ensureBPFFS makes sure pins can go under the bpffs, mounting it where
+// kernel.Host.EnsureBPFFS would, but not in a mount namespace that ends with
+// this process: pins made there would vanish, and the hop with them.
+func (l *Pins) ensureBPFFS() ([]string, error) {
+	if ok, err := kernel.IsBPFFS(l.host.BPFFS); err == nil && ok {
+		return nil, nil
+	}
+	if l.host.IsDefaultBPFFS() && privateMountNS() {
+		return nil, kernel.NewError(kernel.KindNoBPFFS,
+			"enter the network namespace with nsenter, which keeps the host's bpffs: nsenter --net=/run/netns/NS ccload int hop ...; or keep the hop in the foreground with --foreground",
+			nil, "%s is not a bpffs here: this command has a mount namespace of its own (ip netns exec makes one), and a hop pinned in it would be detached when ccload exits", l.host.BPFFS)
+	}
+	return l.host.EnsureBPFFS()
+}
+
+// foregroundOn reports whether an INT hop program runs with TCX on
+// the egress of ifindex: one that NewHop attached (`ccload int hop
+// --foreground`) when no pinned hop is there. With clsact, the filter's
+// priority, which such a hop takes, makes the attach fail instead. It is
+// best effort: what it cannot query it takes as no hop.
+func foregroundOn(ifindex int) bool {
+	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXEgress})
+	if err != nil {
+		return false
+	}
+	for _, p := range res.Programs {
+		prog, err := ebpf.NewProgramFromID(p.ID)
+		if err != nil {
+			continue
+		}
+		info, err := prog.Info()
+		prog.Close()
+		if err == nil && info.Name == intHopProgIntHop {
+			return true
+		}
+	}
+	return false
+}
+
+// alreadyError says that iface has an INT hop and how to remove it.
+func alreadyError(iface, where string, err error) error {
+	return kernel.NewError(kernel.KindAlreadyAttached,
+		fmt.Sprintf("remove it first: ccload int hop --iface %s --off (ccload int status lists the hops)", iface),
+		err, "an INT hop is already attached to %s (%s)", iface, where)
+}
+
+// Attach loads the INT hop as New does, attaches it to cfg.Iface in
+// the calling thread's network namespace and pins it, maps and
+// attachment, under <pin root>/hop/ (see the pin layout above), so that
+// it keeps running after this process exits, until Detach. Any failure
+// leaves no pins and nothing attached. An interface that has a pinned hop
+// already is an error of kind KindAlreadyAttached; pins left from a hop
+// whose attachment is gone are removed first.
+func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
+	if _, err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if err := kernel.CheckCaps(); err != nil {
+		return nil, err
+	}
+	notes, err := l.ensureBPFFS()
+	if err != nil {
+		return nil, err
+	}
+	ifi, err := qdisc.LookupInterface(cfg.Iface)
+	if err != nil {
+		return nil, err
+	}
+	if ifi == nil {
+		return nil, kernel.NewError(kernel.KindBadParam,
+			"check the name with `ip link`; ccload works in the network namespace it runs in (nsenter --net=/run/netns/NS ccload ... for another)",
+			nil, "no interface %q in this network namespace", cfg.Iface)
+	}
+	ns, err := currentNetns()
+	if err != nil {
+		return nil, err
+	}
+	key := key{ifname: ifi.Name, ifindex: ifi.Index, netns: ns}
+	old, err := l.findHops(ifi.Name, ifi.Index, ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range old {
+		if st := l.readHop(k); st.Attached {
+			return nil, alreadyError(cfg.Iface, "pinned at "+st.PinDir, nil)
+		}
+		if err := l.removeHop(k); err != nil {
+			return nil, fmt.Errorf("remove the pins of an earlier INT hop on %s that is no longer attached: %w", cfg.Iface, err)
+		}
+		notes = append(notes, fmt.Sprintf("removed the pins of an earlier INT hop on %s that was no longer attached (%s)", cfg.Iface, l.dir(k)))
+	}
+
+	if foregroundOn(ifi.Index) {
+		return nil, kernel.NewError(kernel.KindAlreadyAttached,
+			fmt.Sprintf("stop the `ccload int hop --foreground` on %s (Ctrl-C), then attach again", cfg.Iface),
+			nil, "an INT hop that is not pinned already runs on %s", cfg.Iface)
+	}
+
+	objs, err := load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer objs.Close()
+	stage, err := pin.NewStage(l.host.PinRoot(), "hop-"+key.String(), l.dir(key))
+	if err != nil {
+		return nil, err
+	}
+	defer stage.Abort()
+	if err := os.MkdirAll(l.root(), 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", l.root(), err)
+	}
+	// Every map of the object, under its name.
+	maps := map[string]*ebpf.Map{intHopMapHopConfig: objs.HopConfig, intHopMapHopFlows: objs.HopFlows,
+		intHopMapHopQueue: objs.HopQueue, intHopMapHopStats: objs.HopStats}
+	if err := stage.PinMaps(maps); err != nil {
+		return nil, fmt.Errorf("pin INT hop: %w", err)
+	}
+	cfg.Iface = ifi.Name
+	atts, err := attach(objs, cfg, stage.Path(""))
+	if errors.Is(err, unix.EEXIST) {
+		return nil, kernel.NewError(kernel.KindAlreadyAttached,
+			fmt.Sprintf("stop the other program (a `ccload int hop --foreground` on %s?), or find it with: tc filter show dev %s egress", cfg.Iface, cfg.Iface),
+			err, "%s already has a tc filter at ccload's priority", cfg.Iface)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Pins first (Abort removes them), so that closing our handles
+	// afterwards detaches at once.
+	stage.OnAbort(func() {
+		for i := len(atts) - 1; i >= 0; i-- {
+			atts[i].Close()
+		}
+	})
+	if err := stage.Commit(); err != nil {
+		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			return nil, alreadyError(cfg.Iface, "another ccload attached one at the same moment", err)
+		}
+		return nil, err
+	}
+	// The pins are in place: from here on the hop is the pins', and
+	// undoing it is Detach's work.
+	var rerr error
+	for _, a := range atts {
+		rerr = errors.Join(rerr, a.Release())
+	}
+	if rerr != nil {
+		return nil, errors.Join(fmt.Errorf("let go of the pinned INT hop on %s: %w", cfg.Iface, rerr), l.removeHop(key))
+	}
+	st := l.readHop(key)
+	st.Notes = append(notes, st.Notes...)
+	return &st, nil
+}
+
+// Detach removes the pinned INT hop from iface, an interface of the
+// calling thread's network namespace: it detaches the programs and
+// removes the pins. It reports whether there was one. Pins left from a
+// hop whose interface is gone are removed too: iface is then the name the
+// interface had.
+func (l *Pins) Detach(iface string) (bool, error) {
+	if err := kernel.CheckCaps(); err != nil {
+		return false, err
+	}
+	ns, err := currentNetns()
+	if err != nil {
+		return false, err
+	}
+	ifindex := 0
+	ifi, err := qdisc.LookupInterface(iface)
+	if err != nil {
+		return false, err
+	}
+	if ifi != nil {
+		ifindex = ifi.Index
+	}
+	keys, err := l.findHops(iface, ifindex, ns)
+	if err != nil {
+		return false, err
+	}
+	for _, k := range keys {
+		if err := l.removeHop(k); err != nil {
+			return false, err
+		}
+	}
+	return len(keys) > 0, nil
+}
+
+// ifaceGone reports whether this network namespace has no interface
+// with index ifindex any more.
+func ifaceGone(ifindex int) bool {
+	_, err := net.InterfaceByIndex(ifindex)
+	return err != nil
+}
+
+// ifaceNow returns the name the interface of k has now, or the one it had
+// when it is gone.
+func ifaceNow(k key) string {
+	if ifi, err := net.InterfaceByIndex(k.ifindex); err == nil {
+		return ifi.Name
+	}
+	return k.ifname
+}
+
+// removeHop detaches what is still attached of the hop k and removes its
+// pins.
+func (l *Pins) removeHop(k key) error {
+	dir := l.dir(k)
+	iface := ifaceNow(k)
+	for _, side := range sides() {
+		path := pinPath(dir, side)
+		info, err := qdisc.InspectPinned(iface, side, path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil && info.Attached {
+			err = qdisc.DetachPinned(iface, side, path)
+		}
+		if err != nil {
+			return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s %s` and `bpftool net`, then remove %s by hand", iface, side, dir),
+				err, "detach the INT hop from %s %s", iface, side)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the INT hop's pins %s: %w", dir, err)
+	}
+	return nil
+}
+
+// List lists the pinned INT hops of the calling thread's network
+// namespace, by interface name, with their config and counters.
+func (l *Pins) List() ([]Status, error) {
+	ns, err := currentNetns()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(l.root())
+	if errors.Is(err, os.ErrNotExist) {
+		return []Status{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned INT hops: %w", err)
+	}
+	hops := []Status{}
+	for _, e := range entries {
+		if k, ok := parseKey(e.Name()); ok && e.IsDir() && k.netns == ns {
+			hops = append(hops, l.readHop(k))
+		}
+	}
+	sort.Slice(hops, func(i, j int) bool { return hops[i].Iface < hops[j].Iface })
+	return hops, nil
+}
+
+// readHop reads the pins of hop k. What it cannot read becomes a note.
+func (l *Pins) readHop(k key) Status {
+	dir := l.dir(k)
+	st := Status{Iface: ifaceNow(k), Ifindex: k.ifindex, NetnsInode: k.netns, PinDir: dir}
+	note := func(format string, args ...any) { st.Notes = append(st.Notes, fmt.Sprintf(format, args...)) }
+	if st.Iface != k.ifname {
+		note("the interface was called %s when the hop was attached", k.ifname)
+	}
+
+	if conf, err := ebpf.LoadPinnedMap(filepath.Join(dir, intHopMapHopConfig), nil); err != nil {
+		note("cannot read the hop's config: %v", err)
+	} else {
+		var c intHopHopConfig
+		if err := conf.Lookup(uint32(0), &c); err != nil {
+			note("cannot read the hop's config: %v", err)
+		}
+		conf.Close()
+		cfg := configFrom(c)
+		st.RateBps, st.Rate = cfg.RateBps, units.FormatBandwidth(cfg.RateBps)
+		st.BufferBytes, st.BurstBytes, st.ECNThreshold = cfg.BufferBytes, cfg.BurstBytes, cfg.ECNThreshold
+		st.ACKPadding = cfg.ACKPadding
+	}
+
+	stats, serr := ebpf.LoadPinnedMap(filepath.Join(dir, intHopMapHopStats), nil)
+	queue, qerr := ebpf.LoadPinnedMap(filepath.Join(dir, intHopMapHopQueue), nil)
+	if err := errors.Join(serr, qerr); err != nil {
+		note("cannot read the hop's counters: %v", err)
+	} else if st.Stats, err = readStats(stats, queue); err != nil {
+		note("cannot read the hop's counters: %v", err)
+	}
+	for _, m := range []*ebpf.Map{stats, queue} {
+		if m != nil {
+			m.Close()
+		}
+	}
+
+	found := 0
+	st.Attached = true
+	for _, side := range sides() {
+		info, err := qdisc.InspectPinned(st.Iface, side, pinPath(dir, side))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		found++
+		if err != nil {
+			note("cannot inspect the hop's %s program: %v", side, err)
+			st.Attached = false
+			continue
+		}
+		if side == qdisc.Egress {
+			st.Method = info.Method
+		}
+		st.Attached = st.Attached && info.Attached
+	}
+	if found == 0 {
+		st.Attached = false
+	}
+	if !st.Attached {
+		note("the hop is no longer attached (its interface was deleted, or its filter removed by other means); remove its pins with: ccload int hop --iface %s --off", st.Iface)
+	}
+	return st
+}
+
+// Foreground attaches a hop to cfg.Iface for as long as this process
+// keeps the Hop, as New does, after checking that no pinned hop runs on
+// the interface: two hops would write two records for one queue.
+func (l *Pins) Foreground(cfg Config) (*Hop, error) {
+	hops, err := l.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hops {
+		if h.Iface == cfg.Iface && h.Attached {
+			return nil, alreadyError(cfg.Iface, "pinned at "+h.PinDir, nil)
+		}
+	}
+	return New(cfg)
+}

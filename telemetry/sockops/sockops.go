@@ -1,0 +1,448 @@
+// Package sockops tags a host's TCP connections with INT: it attaches the
+// sockops program of bpf/int_sockops.c to a cgroup, which adds a forward
+// INT option to data segments sent to the datacenter's prefixes, echoes
+// the records that arrive back to their sender on ACKs, and parses the
+// echoes into the per-socket INT store. It owns that store, the one map it
+// shares with the CCs that read INT (powertcp, hpcc): see [Store].
+//
+// Pins live in <pin root>/int/ (the link, the config, the peer tries and
+// the counters) and <pin root>/shared/ (the store and its holders).
+package sockops
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/percpu"
+	"github.com/ccload/ccload/internal/pin"
+)
+
+// Config configures the INT sockops program.
+type Config struct {
+	// Peers are the prefixes of the datacenter: only connections to
+	// these get the INT option. None means nothing is tagged. IPv4
+	// prefixes also cover IPv4 peers of dual-stack (AF_INET6) sockets,
+	// which the kernel shows as v4-mapped addresses (::ffff:a.b.c.d).
+	Peers []netip.Prefix
+	// Cgroup is the cgroup v2 directory the program attaches to; "" is
+	// the root of the cgroup2 mount, which covers every socket.
+	Cgroup string
+	// Every tags one data segment in Every; 0 and 1 tag all of them.
+	Every uint32
+	// TSOOnly tags only segments larger than one MSS (TSO/GSO bursts).
+	TSOOnly bool
+	// Slots is the number of hop slots in forward options, 1 to 4;
+	// 0 means 3, the most that fits beside TCP timestamps.
+	Slots int
+}
+
+// Status reports the state of INT on this host.
+type Status struct {
+	Enabled bool              `json:"enabled"`
+	Cgroup  string            `json:"cgroup,omitempty"`
+	Peers   []string          `json:"peers"`
+	Every   uint32            `json:"tag_every,omitempty"`
+	TSOOnly bool              `json:"tag_tso_only,omitempty"`
+	Slots   int               `json:"slots,omitempty"`
+	Stats   map[string]uint64 `json:"stats,omitempty"`
+	Notes   []string          `json:"notes,omitempty"`
+}
+
+// statNames names enum int_stat of bpf/int_sockops.c, in order.
+var statNames = [...]string{
+	"scoped_connections", "tagged", "tag_no_space", "echoed", "echo_no_space",
+	"forward_parsed", "echo_parsed", "malformed",
+}
+
+// Pins of the INT sockops program, in <pin root>/int/.
+const (
+	intDir        = "int"
+	pinLink       = "link"
+	pinConfig     = "config"
+	pinPeers4     = "peers_v4"
+	pinPeers6     = "peers_v6"
+	pinStats      = "stats"
+	maxSlots      = 4
+	defaultSlots  = 3
+	storeHolderID = "int" // the sockops program's name among the store's holders
+)
+
+// INT enables, reconfigures, reports and disables INT tagging on a host.
+// Like the loader, it keeps no state of its own: everything is in the
+// kernel and in bpffs pins.
+type INT struct {
+	host  kernel.Host
+	store *Store
+}
+
+// New returns an INT acting on host.
+func New(host kernel.Host) *INT {
+	return &INT{host: host, store: NewStore(host)}
+}
+
+// Store returns the INT store that the sockops program and the CCs that
+// read INT share.
+func (n *INT) Store() *Store { return n.store }
+
+func (n *INT) dir() string { return filepath.Join(n.host.PinRoot(), intDir) }
+
+// cgroup2Root finds where the cgroup v2 hierarchy is mounted.
+func cgroup2Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ... mountpoint ... - fstype source options
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup2 file system is mounted")
+}
+
+// cgroupPath finds the directory of a cgroup v2 id (its inode number),
+// or describes the id when it cannot.
+func cgroupPath(id uint64) string {
+	root, err := cgroup2Root()
+	if err != nil {
+		return fmt.Sprintf("cgroup id %d", id)
+	}
+	found, seen := "", 0
+	filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if seen++; seen > 100_000 {
+			return filepath.SkipAll
+		}
+		var st unix.Stat_t
+		if unix.Stat(path, &st) == nil && st.Ino == id {
+			found = path
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if found == "" {
+		return fmt.Sprintf("cgroup id %d", id)
+	}
+	return found
+}
+
+func (cfg *Config) normalize() error {
+	if cfg.Slots == 0 {
+		cfg.Slots = defaultSlots
+	}
+	if cfg.Slots < 1 || cfg.Slots > maxSlots {
+		return kernel.NewError(kernel.KindBadParam, "use 1 to 4 slots; 3 is the most that fits beside TCP timestamps", nil,
+			"%d hop slots requested", cfg.Slots)
+	}
+	if cfg.Every == 0 {
+		cfg.Every = 1
+	}
+	for i, p := range cfg.Peers {
+		if !p.IsValid() {
+			return kernel.NewError(kernel.KindBadParam, "write prefixes like 198.18.0.0/15 or fd00::/8", nil, "invalid prefix")
+		}
+		// A v4-mapped prefix (::ffff:198.18.0.0/111) is an IPv4 one.
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		cfg.Peers[i] = p.Masked()
+	}
+	if cfg.Cgroup == "" {
+		root, err := cgroup2Root()
+		if err != nil {
+			return kernel.NewError(kernel.KindKernelTooOld, "mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup) or pass --cgroup", err,
+				"cannot find the cgroup v2 hierarchy")
+		}
+		cfg.Cgroup = root
+	}
+	return nil
+}
+
+// config is cfg as struct int_config of bpf/include/int.h.
+func (cfg Config) config() intSockopsIntConfig {
+	c := intSockopsIntConfig{Slots: uint32(cfg.Slots), TagEvery: cfg.Every}
+	if len(cfg.Peers) > 0 {
+		c.Enabled = 1
+	}
+	if cfg.TSOOnly {
+		c.TsoOnly = 1
+	}
+	return c
+}
+
+// lpmV4Key and lpmV6Key are the trie keys of p (struct lpm_v4 and lpm_v6
+// of bpf/int_sockops.c, addresses in network order).
+func lpmV4Key(p netip.Prefix) intSockopsLpmV4 {
+	a := p.Addr().As4()
+	return intSockopsLpmV4{Prefixlen: uint32(p.Bits()), Addr: binary.NativeEndian.Uint32(a[:])}
+}
+
+func lpmV6Key(p netip.Prefix) intSockopsLpmV6 {
+	a := p.Addr().As16()
+	k := intSockopsLpmV6{Prefixlen: uint32(p.Bits())}
+	for i := range k.Addr {
+		k.Addr[i] = binary.NativeEndian.Uint32(a[4*i:])
+	}
+	return k
+}
+
+// writePeers replaces the contents of the two LPM tries with peers.
+func writePeers(v4, v6 *ebpf.Map, peers []netip.Prefix) error {
+	var k4 intSockopsLpmV4
+	var k6 intSockopsLpmV6
+	var v uint8
+	var keys4 []intSockopsLpmV4
+	for iter := v4.Iterate(); iter.Next(&k4, &v); {
+		keys4 = append(keys4, k4)
+	}
+	var keys6 []intSockopsLpmV6
+	for iter := v6.Iterate(); iter.Next(&k6, &v); {
+		keys6 = append(keys6, k6)
+	}
+	for _, k := range keys4 {
+		_ = v4.Delete(k)
+	}
+	for _, k := range keys6 {
+		_ = v6.Delete(k)
+	}
+	one := uint8(1)
+	for _, p := range peers {
+		var err error
+		if p.Addr().Is4() {
+			err = v4.Put(lpmV4Key(p), one)
+		} else {
+			err = v6.Put(lpmV6Key(p), one)
+		}
+		if err != nil {
+			return fmt.Errorf("add peer prefix %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// readPeers lists the prefixes in the two LPM tries.
+func readPeers(v4, v6 *ebpf.Map) []string {
+	var peers []string
+	var k4 intSockopsLpmV4
+	var v uint8
+	for iter := v4.Iterate(); iter.Next(&k4, &v); {
+		var a [4]byte
+		binary.NativeEndian.PutUint32(a[:], k4.Addr)
+		peers = append(peers, netip.PrefixFrom(netip.AddrFrom4(a), int(k4.Prefixlen)).String())
+	}
+	var k6 intSockopsLpmV6
+	for iter := v6.Iterate(); iter.Next(&k6, &v); {
+		var a [16]byte
+		for i, w := range k6.Addr {
+			binary.NativeEndian.PutUint32(a[4*i:], w)
+		}
+		peers = append(peers, netip.PrefixFrom(netip.AddrFrom16(a), int(k6.Prefixlen)).String())
+	}
+	return peers
+}
+
+// Enable attaches the INT sockops program to a cgroup and pins it.
+// Enabling it again replaces the peers and the tagging policy in place.
+func (n *INT) Enable(cfg Config) (*Status, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	if err := kernel.CheckCaps(); err != nil {
+		return nil, err
+	}
+	notes, err := n.host.EnsureBPFFS()
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Peers) == 0 {
+		notes = append(notes, "no peer prefixes given: nothing will be tagged (pass --peers with the datacenter's prefixes)")
+	}
+	if kernel.Exists(filepath.Join(n.dir(), pinLink)) {
+		if err := n.reconfigure(cfg); err != nil {
+			return nil, err
+		}
+		notes = append(notes, "INT was already enabled: peers and tagging updated")
+	} else if err := n.attach(cfg); err != nil {
+		return nil, err
+	}
+	st, err := n.Status()
+	if err != nil {
+		return nil, err
+	}
+	st.Notes = append(notes, st.Notes...)
+	return st, nil
+}
+
+func (n *INT) attach(cfg Config) (err error) {
+	spec, err := loadIntSockops()
+	if err != nil {
+		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded INT sockops object")
+	}
+	store, err := n.store.Acquire(storeHolderID, spec.Maps[intSockopsMapIntStore])
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	defer func() {
+		if err != nil {
+			_ = n.store.Release(storeHolderID)
+		}
+	}()
+	spec.Maps[intSockopsMapIntConfig].Contents = []ebpf.MapKV{{Key: uint32(0), Value: cfg.config()}}
+	var objs intSockopsObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{
+		MapReplacements: map[string]*ebpf.Map{intSockopsMapIntStore: store},
+	}); err != nil {
+		return kernel.LoadError("the INT sockops program", err)
+	}
+	defer objs.Close()
+	if err := writePeers(objs.IntPeersV4, objs.IntPeersV6, cfg.Peers); err != nil {
+		return err
+	}
+
+	stage, err := pin.NewStage(n.host.PinRoot(), intDir, n.dir())
+	if err != nil {
+		return err
+	}
+	defer stage.Abort()
+	for name, m := range map[string]*ebpf.Map{pinConfig: objs.IntConfig, pinPeers4: objs.IntPeersV4,
+		pinPeers6: objs.IntPeersV6, pinStats: objs.IntStats} {
+		if err := m.Pin(stage.Path(name)); err != nil {
+			return fmt.Errorf("pin INT map %s: %w", name, err)
+		}
+	}
+	lnk, err := link.AttachCgroup(link.CgroupOptions{
+		Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: objs.IntSockops,
+	})
+	if err != nil {
+		return kernel.LoadError("the INT sockops program", fmt.Errorf("attach to cgroup %s: %w", cfg.Cgroup, err))
+	}
+	stage.OnAbort(func() { lnk.Close() })
+	if err := lnk.Pin(stage.Path(pinLink)); err != nil {
+		return fmt.Errorf("pin INT link: %w", err)
+	}
+	if err := stage.Commit(); err != nil {
+		return err
+	}
+	_ = lnk.Close() // the pin keeps it
+	return nil
+}
+
+// loadPinned opens the pinned map name of INT's directory.
+func (n *INT) loadPinned(name string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(n.dir(), name), nil)
+	if err != nil {
+		return nil, fmt.Errorf("open INT map %s: %w", name, err)
+	}
+	return m, nil
+}
+
+func (n *INT) reconfigure(cfg Config) error {
+	conf, err := n.loadPinned(pinConfig)
+	if err != nil {
+		return err
+	}
+	defer conf.Close()
+	v4, err := n.loadPinned(pinPeers4)
+	if err != nil {
+		return err
+	}
+	defer v4.Close()
+	v6, err := n.loadPinned(pinPeers6)
+	if err != nil {
+		return err
+	}
+	defer v6.Close()
+	if err := writePeers(v4, v6, cfg.Peers); err != nil {
+		return err
+	}
+	return conf.Update(uint32(0), cfg.config(), ebpf.UpdateExist)
+}
+
+// Disable detaches the INT sockops program. It reports whether INT was
+// enabled. Connections that have it keep their socket storage until they
+// close, but no segment gets an option any more.
+func (n *INT) Disable() (bool, error) {
+	if err := kernel.CheckCaps(); err != nil {
+		return false, err
+	}
+	if !kernel.Exists(n.dir()) {
+		return false, nil
+	}
+	if err := pin.DetachLink(filepath.Join(n.dir(), pinLink)); err != nil {
+		return false, kernel.NewError(kernel.KindDetach, "check it with `bpftool cgroup tree`, then remove "+n.dir()+" by hand",
+			err, "detach the INT sockops program")
+	}
+	if err := os.RemoveAll(n.dir()); err != nil {
+		return false, fmt.Errorf("remove INT pins: %w", err)
+	}
+	return true, n.store.Release(storeHolderID)
+}
+
+// Status reports whether INT is enabled, with what, and its counters.
+func (n *INT) Status() (*Status, error) {
+	st := &Status{Peers: []string{}}
+	if !kernel.Exists(filepath.Join(n.dir(), pinLink)) {
+		return st, nil
+	}
+	st.Enabled = true
+	if lnk, err := link.LoadPinnedLink(filepath.Join(n.dir(), pinLink), nil); err == nil {
+		if info, err := lnk.Info(); err == nil {
+			if cg := info.Cgroup(); cg != nil {
+				st.Cgroup = cgroupPath(uint64(cg.CgroupId))
+			}
+		}
+		lnk.Close()
+	}
+	if conf, err := n.loadPinned(pinConfig); err == nil {
+		var c intSockopsIntConfig
+		if err := conf.Lookup(uint32(0), &c); err == nil {
+			st.Slots, st.Every, st.TSOOnly = int(c.Slots), c.TagEvery, c.TsoOnly != 0
+		}
+		conf.Close()
+	}
+	v4, err4 := n.loadPinned(pinPeers4)
+	v6, err6 := n.loadPinned(pinPeers6)
+	if err := errors.Join(err4, err6); err != nil {
+		st.Notes = append(st.Notes, fmt.Sprintf("cannot read the peer prefixes: %v", err))
+	} else {
+		st.Peers = append(st.Peers, readPeers(v4, v6)...)
+	}
+	for _, m := range []*ebpf.Map{v4, v6} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	if len(st.Peers) == 0 {
+		st.Notes = append(st.Notes, "no peer prefixes: nothing is tagged")
+	}
+	if m, err := n.loadPinned(pinStats); err == nil {
+		if sums, err := percpu.SumAll(m, len(statNames)); err == nil {
+			st.Stats = map[string]uint64{}
+			for i, v := range sums {
+				st.Stats[statNames[i]] = v
+			}
+		}
+		m.Close()
+	}
+	return st, nil
+}
