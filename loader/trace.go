@@ -84,52 +84,66 @@ func monotonicBoot() time.Time {
 	return now.Add(-mono)
 }
 
-// Trace streams the per-ACK records of an attached CC to fn until ctx
-// ends or fn returns an error. Tracing is switched on in the kernel only
-// while Trace runs; one tracer at a time gets the records.
-func (l *Loader) Trace(ctx context.Context, name string, fn func(TraceEvent) error) error {
+// Tracer reads the per-ACK records of one attached CC. Tracing is on in
+// the kernel from OpenTrace until Close; one tracer at a time gets the
+// records.
+type Tracer struct {
+	name   string
+	events *ebpf.Map
+	on     *ebpf.Map
+	rd     *ringbuf.Reader
+}
+
+// OpenTrace switches tracing of the attached CC name on. It fails, with
+// nothing switched on, when name is not attached or keeps no trace, so a
+// caller can check that before it prints anything.
+func (l *Loader) OpenTrace(name string) (_ *Tracer, err error) {
 	cc, err := Lookup(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dir := l.PinDir(cc.Name)
-	events, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapEvents), nil)
+	t := &Tracer{name: cc.Name}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	t.events, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapEvents), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		if !kernel.Exists(dir) {
-			return kernel.NewError(kernel.KindNotAttached, "attach it first: ccload attach "+name, nil, "%s is not attached", name)
+			return nil, kernel.NewError(kernel.KindNotAttached, "attach it first: ccload attach "+name, nil, "%s is not attached", name)
 		}
-		return kernel.NewError(kernel.KindBadParam, "this CC keeps no trace (theta_powertcp, powertcp and hpcc do), or it was attached by an older ccload: detach and attach it again",
+		return nil, kernel.NewError(kernel.KindBadParam, "this CC keeps no trace (theta_powertcp, powertcp and hpcc do), or it was attached by an older ccload: detach and attach it again",
 			nil, "%s has no trace buffer", name)
 	}
 	if err != nil {
-		return fmt.Errorf("open %s trace buffer: %w", name, err)
+		return nil, fmt.Errorf("open %s trace buffer: %w", name, err)
 	}
-	defer events.Close()
-	on, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapTraceOn), nil)
-	if err != nil {
-		return fmt.Errorf("open %s trace switch: %w", name, err)
+	if t.on, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapTraceOn), nil); err != nil {
+		return nil, fmt.Errorf("open %s trace switch: %w", name, err)
 	}
-	defer on.Close()
-	rd, err := ringbuf.NewReader(events)
-	if err != nil {
-		return fmt.Errorf("read %s trace buffer: %w", name, err)
+	if t.rd, err = ringbuf.NewReader(t.events); err != nil {
+		return nil, fmt.Errorf("read %s trace buffer: %w", name, err)
 	}
-	defer rd.Close()
-	if err := on.Put(uint32(0), uint32(1)); err != nil {
-		return fmt.Errorf("switch %s tracing on: %w", name, err)
+	if err := t.on.Put(uint32(0), uint32(1)); err != nil {
+		return nil, fmt.Errorf("switch %s tracing on: %w", name, err)
 	}
-	defer on.Put(uint32(0), uint32(0))
+	return t, nil
+}
 
-	stop := context.AfterFunc(ctx, func() { rd.Close() })
+// Run streams the records to fn until ctx ends or fn returns an error.
+func (t *Tracer) Run(ctx context.Context, fn func(TraceEvent) error) error {
+	stop := context.AfterFunc(ctx, func() { t.rd.Close() })
 	defer stop()
 	boot := monotonicBoot()
 	for {
-		rec, err := rd.Read()
+		rec, err := t.rd.Read()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, ringbuf.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("read %s trace: %w", name, err)
+			return fmt.Errorf("read %s trace: %w", t.name, err)
 		}
 		e, err := decodeTraceEvent(rec.RawSample, boot)
 		if err != nil {
@@ -139,6 +153,25 @@ func (l *Loader) Trace(ctx context.Context, name string, fn func(TraceEvent) err
 			return err
 		}
 	}
+}
+
+// Close switches tracing off and releases the buffer.
+func (t *Tracer) Close() error {
+	var err error
+	if t.on != nil {
+		err = t.on.Put(uint32(0), uint32(0))
+		t.on.Close()
+	}
+	if t.rd != nil {
+		t.rd.Close()
+	}
+	if t.events != nil {
+		t.events.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("switch %s tracing off: %w", t.name, err)
+	}
+	return nil
 }
 
 func monotonicNow() (time.Duration, error) {

@@ -66,26 +66,26 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				return err
 			}
 			if scenario == "" {
-				return usageError{cmd: "bench", err: fmt.Errorf("--scenario is required: one of %s, all", strings.Join(bench.Scenarios(), ", "))}
+				return usage(c, fmt.Errorf("--scenario is required: one of %s, all", strings.Join(bench.Scenarios(), ", ")))
 			}
 			if scenario != "all" && !slices.Contains(bench.Scenarios(), scenario) {
-				return usageError{cmd: "bench", err: fmt.Errorf("--scenario %q: use one of %s, all", scenario, strings.Join(bench.Scenarios(), ", "))}
+				return usage(c, fmt.Errorf("--scenario %q: use one of %s, all", scenario, strings.Join(bench.Scenarios(), ", ")))
 			}
 			bps, err := units.ParseBandwidth(rate)
 			if err != nil {
-				return usageError{cmd: "bench", err: fmt.Errorf("--rate: %w", err)}
+				return usage(c, fmt.Errorf("--rate: %w", err))
 			}
 			buf, err := units.ParseBytes(buffer)
 			if err != nil || buf > 1<<30 {
-				return usageError{cmd: "bench", err: fmt.Errorf("--buffer: want a size up to 1GiB, got %q", buffer)}
+				return usage(c, fmt.Errorf("--buffer: want a size up to 1GiB, got %q", buffer))
 			}
 			k, err := units.ParseBytes(ecn)
 			if err != nil || k > 1<<30 {
-				return usageError{cmd: "bench", err: fmt.Errorf("--ecn-threshold: want a size up to 1GiB (0 turns marking off), got %q", ecn)}
+				return usage(c, fmt.Errorf("--ecn-threshold: want a size up to 1GiB (0 turns marking off), got %q", ecn))
 			}
 			is, err := units.ParseBytes(incastSize)
 			if err != nil {
-				return usageError{cmd: "bench", err: fmt.Errorf("--incast-size: %w", err)}
+				return usage(c, fmt.Errorf("--incast-size: %w", err))
 			}
 			cfg.CCs, cfg.RateBps, cfg.BufferBytes, cfg.ECNThresholdBytes, cfg.IncastBytes = ccs, bps, uint32(buf), uint32(k), int64(is)
 			cfg.NoECN = k == 0

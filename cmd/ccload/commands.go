@@ -182,7 +182,7 @@ Parameters:` + paramHelp(),
   ccload set theta_powertcp base_rtt=0 host_bw=100gbit`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) < 2 {
-				return usageError{cmd: c.Name(), err: fmt.Errorf("set expects a CC name and at least one name=value")}
+				return usage(c, fmt.Errorf("set expects a CC name and at least one name=value"))
 			}
 			return nil
 		},

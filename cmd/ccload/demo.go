@@ -56,15 +56,15 @@ down when it ends, also on Ctrl-C. Traffic stays inside the namespaces
 		RunE: func(c *cobra.Command, args []string) error {
 			rateBps, err := units.ParseBandwidth(rate)
 			if err != nil {
-				return usageError{cmd: "demo", err: fmt.Errorf("--rate: %w", err)}
+				return usage(c, fmt.Errorf("--rate: %w", err))
 			}
 			bufBytes, err := units.ParseBytes(buffer)
 			if err != nil {
-				return usageError{cmd: "demo", err: fmt.Errorf("--buffer: %w", err)}
+				return usage(c, fmt.Errorf("--buffer: %w", err))
 			}
 			bytes, err := units.ParseBytes(size)
 			if err != nil {
-				return usageError{cmd: "demo", err: fmt.Errorf("--bytes: %w", err)}
+				return usage(c, fmt.Errorf("--bytes: %w", err))
 			}
 			ctx, stop := runContext(c, 0)
 			defer stop()

@@ -78,13 +78,13 @@ Running it again replaces the peers and policy in place.`,
 			for _, p := range peers {
 				pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
 				if err != nil {
-					return usageError{cmd: "enable", err: fmt.Errorf("--peers %q: %w", p, err)}
+					return usage(c, fmt.Errorf("--peers %q: %w", p, err))
 				}
 				cfg.Peers = append(cfg.Peers, pfx)
 			}
 			var err error
 			if cfg.Every, cfg.TSOOnly, err = parseTag(tag); err != nil {
-				return usageError{cmd: "enable", err: err}
+				return usage(c, err)
 			}
 			st, err := a.int().Enable(cfg)
 			if err != nil {
@@ -350,19 +350,19 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if f.iface == "" {
-				return usageError{cmd: "int hop", err: fmt.Errorf("--iface is required: the forwarding interface")}
+				return usage(c, fmt.Errorf("--iface is required: the forwarding interface"))
 			}
 			if f.off {
 				for _, name := range hopConfigFlags() {
 					if c.Flags().Changed(name) {
-						return usageError{cmd: "int hop", err: fmt.Errorf("--off takes only --iface (and --json), not --%s", name)}
+						return usage(c, fmt.Errorf("--off takes only --iface (and --json), not --%s", name))
 					}
 				}
 				return a.hopOff(f.iface, f.asJSON)
 			}
 			cfg, err := f.config()
 			if err != nil {
-				return usageError{cmd: "int hop", err: err}
+				return usage(c, err)
 			}
 			if f.foreground || f.duration > 0 {
 				return a.hopForeground(c, cfg, f)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/spf13/cobra"
 
 	"github.com/ccload/ccload/internal/kernel"
@@ -82,25 +83,43 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	return report(stderr, root.Execute())
+}
+
+// report prints err, if any, as the CLI shows errors, and returns the exit
+// code: 0 for no error, 2 for a usage error, 1 for the rest. A failure
+// carries its fix, and a verifier rejection its whole log.
+func report(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
 	}
 	var uerr usageError
 	if errors.As(err, &uerr) {
-		fmt.Fprintf(stderr, "ccload: %v\nRun 'ccload %s --help' for usage.\n", err, uerr.cmd)
+		fmt.Fprintf(stderr, "ccload: %v\nRun '%s --help' for usage.\n", err, uerr.cmd)
 		return 2
 	}
 	fmt.Fprintf(stderr, "ccload: %v\n", err)
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		// The error's text has only the log's last lines.
+		fmt.Fprintf(stderr, "verifier log:\n%+v\n", ve)
+	}
 	if fix := kernel.FixOf(err); fix != "" {
 		fmt.Fprintf(stderr, "  fix: %s\n", fix)
 	}
 	return 1
 }
 
+// usageError is a mistake in the command line: run prints it with the
+// command's --help line and exits 2.
 type usageError struct {
-	cmd string
+	cmd string // the command's path, e.g. "ccload int enable"
 	err error
+}
+
+// usage returns err as a usage error of the command c.
+func usage(c *cobra.Command, err error) error {
+	return usageError{cmd: c.CommandPath(), err: err}
 }
 
 func (u usageError) Error() string { return u.err.Error() }
@@ -133,7 +152,7 @@ ccload exits, until 'ccload detach'.`,
 		"register through a struct_ops map update, as on kernels before 6.4, even when links exist")
 	_ = root.PersistentFlags().MarkHidden("legacy-registration")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageError{cmd: c.Name(), err: err}
+		return usage(c, err)
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
 		newDetachCmd(a), newINTCmd(a), newTraceCmd(a), newDemoCmd(a), newBenchCmd(a), newVersionCmd(a))
@@ -143,7 +162,7 @@ ccload exits, until 'ccload detach'.`,
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(c *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usageError{cmd: c.Name(), err: fmt.Errorf("%s expects %s, got %d arguments", c.Name(), what, len(args))}
+			return usage(c, fmt.Errorf("%s expects %s, got %d arguments", c.Name(), what, len(args)))
 		}
 		return nil
 	}

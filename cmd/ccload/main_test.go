@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/testbed"
 )
@@ -51,7 +55,11 @@ func TestUsageAndInputErrors(t *testing.T) {
 		{args: []string{"int", "hop", "--iface", "eth9"}, code: 2, stderr: []string{"--rate is required"}},
 		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbps"}, code: 2, stderr: []string{"--rate", "ambiguous"}},
 		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbit", "--buffer", "lots"}, code: 2, stderr: []string{"--buffer", "not a size"}},
-		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbit", "extra"}, code: 2, stderr: []string{"no arguments"}},
+		{args: []string{"int", "hop", "--iface", "eth9", "--rate", "1gbit", "extra"}, code: 2, stderr: []string{"no arguments", "Run 'ccload int hop --help'"}},
+		// The --help line names the whole command path.
+		{args: []string{"int", "enable", "--bogus"}, code: 2, stderr: []string{"unknown flag", "Run 'ccload int enable --help'"}},
+		{args: []string{"int", "status", "extra"}, code: 2, stderr: []string{"Run 'ccload int status --help'"}},
+		{args: []string{"--bogus"}, code: 2, stderr: []string{"Run 'ccload --help'"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -68,6 +76,31 @@ func TestUsageAndInputErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReportVerifierLog checks that a verifier rejection reaches the user
+// with its whole log, and with the fix.
+func TestReportVerifierLog(t *testing.T) {
+	ve := &ebpf.VerifierError{Cause: unix.EACCES, Log: []string{"0: (b7) r0 = 0", "1: (95) exit", "R0 !read_ok"}}
+	err := fmt.Errorf("attach powertcp: %w", kernel.LoadError("powertcp", ve))
+	var b bytes.Buffer
+	if code := report(&b, err); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{"the verifier rejected powertcp", "verifier log:", "0: (b7) r0 = 0", "R0 !read_ok", "fix:"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestTraceNotAttached checks that trace reports a CC that is not attached
+// before it prints anything.
+func TestTraceNotAttached(t *testing.T) {
+	code, stdout, stderr := cli("--bpffs", t.TempDir(), "trace", "powertcp")
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "powertcp is not attached") || !strings.Contains(stderr, "fix: attach it first") {
+		t.Fatalf("trace of a detached CC: exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit 1, nothing on stdout, and the not-attached error with its fix", code, stdout, stderr)
 	}
 }
 

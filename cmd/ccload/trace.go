@@ -32,12 +32,19 @@ One tracer at a time sees the records.`,
 		Args: exactArgs(1, "one CC name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if asCSV && asJSON {
-				return usageError{cmd: "trace", err: fmt.Errorf("--csv and --json exclude each other")}
+				return usage(c, fmt.Errorf("--csv and --json exclude each other"))
 			}
 			ctx, stopRun := runContext(c, duration)
 			defer stopRun()
 			ctx, cancel := context.WithCancel(ctx) // --count stops early
 			defer cancel()
+			// Open first: a CC that is not attached is an error before
+			// anything is printed.
+			tr, err := a.loader().OpenTrace(args[0])
+			if err != nil {
+				return fmt.Errorf("trace %s: %w", args[0], err)
+			}
+			defer tr.Close()
 			w := csv.NewWriter(a.out)
 			if asCSV {
 				w.Write([]string{"time", "flow", "snd_cwnd", "cwnd_bytes", "signal", "qlen_bytes", "rtt_us", "pacing_mbps", "mode"})
@@ -45,7 +52,7 @@ One tracer at a time sees the records.`,
 				fmt.Fprintf(a.out, "%-15s %-44s %8s %10s %8s %9s %8s %8s %4s\n", "time", "flow", "cwnd", "cwnd B", "signal", "qlen B", "rtt us", "Mbit/s", "mode")
 			}
 			n := 0
-			err := a.loader().Trace(ctx, args[0], func(e loader.TraceEvent) error {
+			err = tr.Run(ctx, func(e loader.TraceEvent) error {
 				if limit > 0 && n >= limit {
 					return nil // draining what was read before the stop
 				}
