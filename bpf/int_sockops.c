@@ -89,13 +89,25 @@ static __always_inline struct int_config *int_cfg(void)
 	return bpf_map_lookup_elem(&int_config, &zero);
 }
 
+static __always_inline bool peer_in_v4_scope(__u32 addr)
+{
+	struct lpm_v4 k = { .prefixlen = 32, .addr = addr };
+
+	return bpf_map_lookup_elem(&int_peers_v4, &k) != NULL;
+}
+
+/*
+ * peer_in_scope reports whether the connection's peer is in the configured
+ * prefixes. An AF_INET6 socket whose peer is ::ffff:a.b.c.d (v4-mapped:
+ * what a dual-stack listener on [::] sees of an IPv4 client) has an IPv4
+ * peer, looked up among the IPv4 prefixes, so dual-stack servers tag and
+ * echo too. The address words are copied out of the context first: the
+ * verifier allows only fixed-offset context reads.
+ */
 static __always_inline bool peer_in_scope(struct bpf_sock_ops *skops)
 {
-	if (skops->family == 2 /* AF_INET */) {
-		struct lpm_v4 k = { .prefixlen = 32, .addr = skops->remote_ip4 };
-
-		return bpf_map_lookup_elem(&int_peers_v4, &k) != NULL;
-	}
+	if (skops->family == 2 /* AF_INET */)
+		return peer_in_v4_scope(skops->remote_ip4);
 	if (skops->family == 10 /* AF_INET6 */) {
 		struct lpm_v6 k = { .prefixlen = 128 };
 
@@ -103,6 +115,8 @@ static __always_inline bool peer_in_scope(struct bpf_sock_ops *skops)
 		k.addr[1] = skops->remote_ip6[1];
 		k.addr[2] = skops->remote_ip6[2];
 		k.addr[3] = skops->remote_ip6[3];
+		if (k.addr[0] == 0 && k.addr[1] == 0 && k.addr[2] == bpf_htonl(0x0000ffff))
+			return peer_in_v4_scope(k.addr[3]);
 		return bpf_map_lookup_elem(&int_peers_v6, &k) != NULL;
 	}
 	return false;

@@ -44,7 +44,8 @@ func guestPackages() []testPackage {
 		{name: "e2e", path: "e2e", tests: "^(" + strings.Join([]string{
 			"TestSelectAndTransfer", "TestDCTCPFallsBackWithoutECN", "TestSysctlInitNetns",
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
-			"TestINTEndToEnd", "TestINTScope", "TestINTMalformedFromNetwork", "TestDCTCPMatchesKernel",
+			"TestINTEndToEnd", "TestINTScope", "TestINTMalformedFromNetwork", "TestDualStackServerEchoesINT",
+			"TestDCTCPMatchesKernel",
 		}, "|") + ")$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
