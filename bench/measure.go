@@ -133,6 +133,13 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 
 	offset := t0.Sub(sampleStart)
 	r.queueMetrics(&res, &s, samples, offset)
+	if c.Scenario == ScenarioIncast {
+		starts := incastStarts(c)
+		for i := range starts {
+			starts[i] += offset
+		}
+		res.Incast = incastDrains(samples, starts, incastDrainConfig(c.RateBps))
+	}
 	model.summarise(&res, t0.Sub(model.start), c.Duration)
 	for _, b := range stats.Buckets(fcts, func(bytes int64) time.Duration {
 		return stats.IdealFCT(bytes, float64(c.RateBps), r.baseRTT, mss)

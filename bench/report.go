@@ -30,6 +30,9 @@ func (r *Report) Table(w io.Writer) error {
 	if res.Scenario == ScenarioFairness {
 		head = append(head, "jain", "conv max")
 	}
+	if res.Scenario == ScenarioIncast {
+		head = append(head, "drained", "drain RTTs p50", "p90", "util after p50")
+	}
 	head = append(head, "CC ns/run", "flows", "failed", "cpu")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, c := range res.CCs {
@@ -55,6 +58,9 @@ func (r *Report) Table(w io.Writer) error {
 			}
 			row = append(row, jain, conv)
 		}
+		if res.Scenario == ScenarioIncast {
+			row = append(row, incastColumns(c.Incast)...)
+		}
 		row = append(row, ccCost(c), fmt.Sprint(c.Flows), fmt.Sprint(c.FlowsFailed), fmt.Sprintf("%.0f%%", c.CPUBusy*100))
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
@@ -62,6 +68,9 @@ func (r *Report) Table(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w, "queue: the bottleneck qdisc's backlog; INT q: the INT hop's model of it. FCT in us, by flow size.")
+	if res.Scenario == ScenarioIncast {
+		fmt.Fprintln(w, "drained: incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
+	}
 	fmt.Fprintln(w, "CC ns/run: mean run time of the CC's busiest BPF program (one run per ACK). cpu: all CPUs, whole emulation.")
 	return nil
 }
@@ -75,6 +84,21 @@ func (r *Report) fctColumns() []string {
 		return []string{stats.BucketAll}
 	}
 	return nil
+}
+
+// incastColumns are the drain columns of an incast row.
+func incastColumns(d *IncastDrain) []string {
+	if d == nil {
+		return []string{"-", "-", "-", "-"}
+	}
+	opt := func(v *float64, format string, scale float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf(format, *v*scale)
+	}
+	return []string{fmt.Sprintf("%d/%d", d.Drained, d.Incasts), opt(d.DrainRTTsP50, "%.1f", 1), opt(d.DrainRTTsP90, "%.1f", 1),
+		opt(d.UtilAfterDrainP50, "%.0f%%", 100)}
 }
 
 func formatRate(bps float64) string {

@@ -124,6 +124,29 @@ type CCResult struct {
 	// /proc/stat. Senders, router and receiver share this host, so it
 	// covers the whole emulated network.
 	CPUBusy float64 `json:"cpu_busy"`
+	// Incast is how the incasts' queues drained (incast scenario only).
+	Incast *IncastDrain `json:"incast,omitempty"`
+}
+
+// IncastDrain summarises, over the incasts of a run, how each one's queue
+// peaked and drained (bench/stats.Drain, with incastDrain's settings).
+// Figures over drained incasts are absent when none drained.
+type IncastDrain struct {
+	// Incasts is how many incasts were analysed; Drained how many of
+	// them drained to one GSO packet before the next.
+	Incasts int `json:"incasts"`
+	Drained int `json:"drained"`
+	// PeakP50Bytes is the median of the incasts' peak queues.
+	PeakP50Bytes *float64 `json:"peak_p50_bytes,omitempty"`
+	// DrainRTTs are the drain times, from the peak (or the incast's
+	// start, if later), in RTTs at the peak.
+	DrainRTTsP50 *float64 `json:"drain_rtts_p50,omitempty"`
+	DrainRTTsP90 *float64 `json:"drain_rtts_p90,omitempty"`
+	DrainRTTsMax *float64 `json:"drain_rtts_max,omitempty"`
+	// UtilAfterDrain is the bottleneck's utilisation over the 100 ms
+	// after each drain.
+	UtilAfterDrainP50 *float64 `json:"util_after_drain_p50,omitempty"`
+	UtilAfterDrainMin *float64 `json:"util_after_drain_min,omitempty"`
 }
 
 // FCTBucket is the flow completion times of one size bucket.

@@ -110,7 +110,7 @@ func (r *runner) plan(ctx context.Context, cc string, t0 time.Time, set *flowSet
 		set.start(ctx, t0, 0, d.Senders[0], 0, target, testbed.FlowConfig{
 			CC: cc, For: c.Duration, Seed: seed(0), Timeout: timeout, SampleEvery: flowSampleEvery})
 		started := 1
-		for at := c.Duration / 10; at+incastPeriod/2 < c.Duration; at += incastPeriod {
+		for _, at := range incastStarts(c) {
 			for i, a := range workload.Incast(c.Fanout, c.IncastBytes) {
 				set.start(ctx, t0, at+a.At, d.Senders[1+i], 1+i, target, testbed.FlowConfig{
 					CC: cc, Bytes: a.Bytes, Seed: seed(started), Timeout: timeout})
@@ -139,9 +139,6 @@ func (r *runner) plan(ctx context.Context, cc string, t0 time.Time, set *flowSet
 	}
 	return 0, errors.New("unknown scenario " + c.Scenario)
 }
-
-// incastPeriod is the time between two incasts.
-const incastPeriod = 250 * time.Millisecond
 
 // quickMaxFlowBytes caps web-search flows in quick runs.
 const quickMaxFlowBytes = 1_000_000

@@ -6,12 +6,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ccload/ccload/bench/stats"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/internal/units"
 	"github.com/ccload/ccload/loader"
@@ -24,21 +26,6 @@ const (
 	incastBytes    = 1 << 20 // per incast sender
 	incastLongSize = 256 << 20
 	incastAfter    = 800 * time.Millisecond
-	nearZeroQueue  = 64 << 10 // one GSO packet: the least a busy hop queues here
-	// drainRTTs is how many RTTs at the peak the queue may take to drain
-	// to nearZeroQueue, from the peak or the last incast flow's start
-	// (drainFrom): "a few RTTs". The RTT at the peak is one GSO
-	// packet's time at the bottleneck rate (the least RTT a hop that
-	// forwards GSO packets gives, and the τ floor of the CCs) plus the
-	// peak's own queueing delay, which is also the least time any CC
-	// needs to drain it. In 9 runs hpcc took 1.0-2.0 of them and powertcp
-	// 1.1-5.7, with and without ACK padding (docs/measurements.md); the
-	// bound leaves room for a sender whose first data leaves milliseconds
-	// after its connect on this 2-CPU host.
-	drainRTTs = 8
-	// minUtilisation is the bottleneck's utilisation the CCs must keep in
-	// the 500 ms after the drain.
-	minUtilisation = 0.90
 	// incastExpectedFlows is powertcp's N in β = host_bw·τ/N. The
 	// equilibrium queue is the sum of the flows' β (PowerTCP, Theorem 1):
 	// 11·bτ/N here. The default N = 10 puts it at 1.1·bτ, just above one
@@ -47,26 +34,13 @@ const (
 	incastExpectedFlows = "32"
 )
 
-// lineTime is how long the bottleneck takes to send n bytes.
-func lineTime(n uint64) time.Duration {
-	return time.Duration(float64(n) * 8 / bottleneckRate * float64(time.Second))
-}
-
-// peakRTT is the RTT at the queue's peak: one 64 KiB GSO packet's time at
-// the bottleneck rate plus the peak's queueing delay.
-func (r incastRun) peakRTT() time.Duration {
-	peak, _ := r.peak()
-	return lineTime(64<<10) + lineTime(uint64(peak))
-}
-
-// drainAfterPeak is how long after drainFrom the queue drained; -1 if it
-// never did.
-func (r incastRun) drainAfterPeak() time.Duration {
-	d := r.drainTime()
-	if d < 0 {
-		return -1
-	}
-	return max(0, r.incastAt+d-r.drainFrom())
+// incastDrain is how the test reads an incast's drain, for its log: the
+// definitions the bench's incast scenario reports over repeats (see
+// bench/stats.Drain). A GSO packet (64 KiB) is the least a busy hop holds
+// here; four samples 500 µs apart must stay at or below it.
+var incastDrain = stats.DrainConfig{
+	RateBps: bottleneckRate, NearZero: 64 << 10, Hold: 1500 * time.Microsecond,
+	PeakWindow: 300 * time.Millisecond, UtilWindow: 500 * time.Millisecond,
 }
 
 // incastRun is one incast experiment with one CC.
@@ -79,72 +53,14 @@ type incastRun struct {
 	starts   []time.Duration // when each incast flow called SendFlow, same clock
 }
 
-// peak is the largest queue in the 300 ms after the incast starts, and
-// when it was seen.
-func (r incastRun) peak() (uint32, time.Duration) {
-	var max uint32
-	at := r.incastAt
-	for _, s := range r.samples {
-		if s.At >= r.incastAt && s.At < r.incastAt+300*time.Millisecond && s.BacklogBytes > max {
-			max, at = s.BacklogBytes, s.At
-		}
+// drain analyses the queue around the incast.
+func (r incastRun) drain() stats.DrainResult {
+	readings := make([]stats.QueueReading, len(r.samples))
+	for i, x := range r.samples {
+		readings[i] = stats.QueueReading{T: x.At, Backlog: float64(x.BacklogBytes), Sent: float64(x.SentBytes)}
 	}
-	return max, at
-}
-
-// lastStart is when the last incast flow started, on the samples' clock.
-func (r incastRun) lastStart() time.Duration {
-	return slices.Max(append([]time.Duration{r.incastAt}, r.starts...))
-}
-
-// drainFrom is when the drain is timed from: the queue's peak, or the last
-// incast flow's start if that is later. On this 2-CPU host the ten
-// senders start over a few milliseconds, and each brings a line-rate
-// window; a flow that starts after the peak can hold the queue up.
-func (r incastRun) drainFrom() time.Duration {
-	_, peakAt := r.peak()
-	return max(peakAt, r.lastStart())
-}
-
-// drainTime is how long after the incast started the queue, past
-// drainFrom, first stays at or below nearZeroQueue for four samples
-// (2 ms); -1 if it never does.
-func (r incastRun) drainTime() time.Duration {
-	from := r.drainFrom()
-	run := 0
-	for _, s := range r.samples {
-		if s.At < from {
-			continue
-		}
-		if s.BacklogBytes <= nearZeroQueue {
-			if run++; run == 4 {
-				return s.At - 3*500*time.Microsecond - r.incastAt
-			}
-		} else {
-			run = 0
-		}
-	}
-	return -1
-}
-
-// utilisation is the bottleneck's sent bytes over [from, from+d) against
-// its rate.
-func (r incastRun) utilisation(from, d time.Duration) float64 {
-	var first, last *testbed.QueueSample
-	for i := range r.samples {
-		s := &r.samples[i]
-		if s.At >= from && first == nil {
-			first = s
-		}
-		if s.At < from+d {
-			last = s
-		}
-	}
-	if first == nil || last == nil || last.At <= first.At {
-		return 0
-	}
-	bits := float64(last.SentBytes-first.SentBytes) * 8
-	return bits / (float64(bottleneckRate) * (last.At - first.At).Seconds())
+	last := slices.Max(append([]time.Duration{r.incastAt}, r.starts...))
+	return stats.Drain(readings, r.incastAt, last, incastDrain)
 }
 
 func runIncast(t *testing.T, d *testbed.Dumbbell, sink *testbed.Sink, cc string) incastRun {
@@ -203,19 +119,18 @@ func formatIncast(runs []incastRun) string {
 	fmt.Fprintf(&b, "(drain: from the incast's start; after peak: from the peak or the last flow's start, in RTTs at the peak)\n")
 	for _, r := range runs {
 		before := testbed.Summarize(samplesIn(r.samples, r.incastAt/2, r.incastAt))
-		peak, _ := r.peak()
-		drain := r.drainTime()
-		util := 0.0
-		drainText, afterText := "never", "-"
-		if drain >= 0 {
-			util = r.utilisation(r.incastAt+drain, 500*time.Millisecond)
-			drainText = drain.Round(100 * time.Microsecond).String()
-			after := r.drainAfterPeak()
-			afterText = fmt.Sprintf("%.1f RTT", float64(after)/float64(r.peakRTT()))
+		dr := r.drain()
+		drainText, afterText, utilText := "never", "-", "-"
+		if dr.Drained {
+			drainText = (dr.DrainedAt - r.incastAt).Round(100 * time.Microsecond).String()
+			afterText = fmt.Sprintf("%.1f RTT", dr.RTTs)
+			if !math.IsNaN(dr.UtilAfter) {
+				utilText = fmt.Sprintf("%.0f%%", dr.UtilAfter*100)
+			}
 		}
 		fct := r.maxFCT()
-		fmt.Fprintf(&b, "%-16s %8.0fKB %10.0fKB %8.0fKB %10s %12s %11.0f%% %14v %12.0f\n", r.cc, before.P50/1e3, r.incastQueue()/1e3, float64(peak)/1e3,
-			drainText, afterText, util*100, fct.Round(100*time.Microsecond), r.long.Throughput/1e6)
+		fmt.Fprintf(&b, "%-16s %8.0fKB %10.0fKB %8.0fKB %10s %12s %12s %14v %12.0f\n", r.cc, before.P50/1e3, r.incastQueue()/1e3, dr.Peak/1e3,
+			drainText, afterText, utilText, fct.Round(100*time.Microsecond), r.long.Throughput/1e6)
 	}
 	return b.String()
 }
@@ -232,14 +147,17 @@ func samplesIn(s []testbed.QueueSample, from, to time.Duration) []testbed.QueueS
 
 // TestIncastINT runs a long flow and a 10-sender incast through a
 // 1 Gbit/s INT hop with cubic, then powertcp and hpcc through a plain hop
-// and through one with ACK padding. It prints the queue before the
-// incast, its peak, when it fell back to one GSO packet (from the incast's
-// start, and after the peak in RTTs at the peak), the link's utilisation
-// in the 500 ms after that, the incasts' longest FCT and the long flow's
-// throughput. For each of the four INT runs it requires every byte
-// delivered, a peak below cubic's, a drain within drainRTTs RTTs at the
-// peak, at least minUtilisation after the drain, and a longest incast FCT
-// below cubic's (see docs/measurements.md).
+// and through one with ACK padding. It requires, for each of the four INT
+// runs, what holds with a wide margin on a busy 2-CPU machine: every byte
+// delivered, a mean queue in the incast's first 100 ms below half of
+// cubic's (about a tenth of it, or less, in every run so far), and a
+// longest incast FCT below cubic's (about half of it). It logs the rest:
+// the queue before the incast, its peak, when it fell back to one GSO
+// packet (from the incast's start, and after the peak in RTTs at the
+// peak), and the link's utilisation in the 500 ms after that. Those depend
+// on how fast this machine starts ten senders and serves the shaper, so
+// the bench's incast scenario reports them, over repeated incasts, instead
+// of a test asserting them (docs/benchmarks.md).
 func TestIncastINT(t *testing.T) {
 	requireKernelCC(t, "powertcp", "hpcc")
 	l, n := newSys(t)
@@ -298,19 +216,10 @@ func TestIncastINT(t *testing.T) {
 			t.Logf("%s queue (ms since incast:KB): %s", r.cc, strings.Join(line, " "))
 		}
 	}
-	cubicPeak, _ := runs[0].peak()
-	cubicFCT := runs[0].maxFCT()
+	cubicQueue, cubicFCT := runs[0].incastQueue(), runs[0].maxFCT()
 	for _, r := range runs[1:] {
-		peak, _ := r.peak()
-		if peak >= cubicPeak {
-			t.Errorf("%s's peak queue %d KB is not below cubic's %d KB", r.cc, peak/1000, cubicPeak/1000)
-		}
-		drain, limit := r.drainAfterPeak(), drainRTTs*r.peakRTT()
-		if drain < 0 || drain > limit {
-			t.Errorf("%s's queue took %v after its peak (or the last sender's start) to drain to %d KiB, more than %d RTTs at the peak (%v)",
-				r.cc, drain, nearZeroQueue>>10, drainRTTs, limit)
-		} else if u := r.utilisation(r.incastAt+r.drainTime(), 500*time.Millisecond); u < minUtilisation {
-			t.Errorf("%s kept the bottleneck %.0f%% busy after the drain, less than %.0f%%", r.cc, u*100, minUtilisation*100)
+		if q := r.incastQueue(); q >= cubicQueue/2 {
+			t.Errorf("%s's mean queue in the incast's first 100 ms, %.0f KB, is not below half of cubic's %.0f KB", r.cc, q/1e3, cubicQueue/1e3)
 		}
 		if f := r.maxFCT(); f >= cubicFCT {
 			t.Errorf("%s's longest incast FCT %v is not below cubic's %v", r.cc, f, cubicFCT)
