@@ -12,10 +12,14 @@
  *     data changes, a delayed ACK is flushed first, so that ECE covers
  *     exactly the marked packets.
  *
- * It sets TCP_CONG_NEEDS_ECN, so the socket negotiates ECN whatever the
- * net.ipv4.tcp_ecn sysctl says. When the peer does not agree to ECN, the
- * socket falls back to "reno" (as the kernel's dctcp does) and the
- * "fallbacks" counter is incremented.
+ * It sets TCP_CONG_NEEDS_ECN, so a connection it opens sends an ECT SYN,
+ * whatever the net.ipv4.tcp_ecn sysctl says. A listener grants ECN to that
+ * SYN only when its own CC needs ECN too (even with tcp_ecn=2); otherwise,
+ * and when the peer refuses ECN, the socket falls back to "reno" (as the
+ * kernel's dctcp does) and the "fallbacks" counter is incremented. A CC set
+ * after connect() (iperf3 -C does that) never asks for ECN at all. So:
+ * bpf_dctcp on both ends, chosen by sysctl or by setsockopt before
+ * connect() or listen().
  *
  * Kernel features left out: PLB (protective load balancing) and get_info.
  * Scales: see include/ccload.h (α uses DCTCP_ALPHA_ONE = 1024).
@@ -43,7 +47,7 @@ extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 
 static const char fallback_cc[] = "reno";
 
-/* Per-socket state in icsk_ca_priv (at most 104 bytes). */
+/* Per-socket state in icsk_ca_priv (CCLOAD_CA_FITS checks that it fits). */
 struct dctcp_ca {
 	__u32 old_delivered;
 	__u32 old_delivered_ce;
@@ -55,6 +59,7 @@ struct dctcp_ca {
 	__u8 ca_state;		/* last TCP_CA_* state seen by set_state */
 	__u8 counted;		/* counted in sock_init; release() counts it out */
 };
+CCLOAD_CA_FITS(struct dctcp_ca);
 
 static __always_inline struct dctcp_params *dctcp_params(void)
 {
@@ -74,7 +79,7 @@ static __always_inline void dctcp_reset_window(const struct tcp_sock *tp,
 SEC("struct_ops")
 void BPF_PROG(dctcp_init, struct sock *sk)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct dctcp_params *p = dctcp_params();
 
@@ -106,7 +111,7 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 SEC("struct_ops")
 __u32 BPF_PROG(dctcp_ssthresh, struct sock *sk)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u32 cwnd = tp->snd_cwnd;
 	__u32 cut = (__u32)(((__u64)cwnd * ca->alpha) >> (DCTCP_ALPHA_SHIFT + 1));
@@ -118,7 +123,7 @@ __u32 BPF_PROG(dctcp_ssthresh, struct sock *sk)
 /* Once per window of data: fold the CE fraction into α. */
 static __always_inline void dctcp_update_alpha(struct sock *sk)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct dctcp_params *p = dctcp_params();
 	__u32 g = 4, delivered, delivered_ce, alpha;
@@ -159,7 +164,7 @@ void BPF_PROG(dctcp_in_ack_event, struct sock *sk, __u32 flags)
 
 static __always_inline void dctcp_react_to_loss(struct sock *sk)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u32 cwnd = tp->snd_cwnd;
 
@@ -171,7 +176,7 @@ static __always_inline void dctcp_react_to_loss(struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(dctcp_set_state, struct sock *sk, __u8 new_state)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 
 	if (new_state == TCP_CA_Recovery && ca->ca_state != TCP_CA_Recovery)
 		dctcp_react_to_loss(sk);
@@ -193,7 +198,7 @@ static __always_inline void dctcp_ece_demand(struct tcp_sock *tp, __u32 ce_state
  */
 static __always_inline void dctcp_ce_state_change(struct sock *sk, __u32 new_ce)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct inet_connection_sock *icsk = inet_csk(sk);
 
@@ -230,7 +235,7 @@ void BPF_PROG(dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 SEC("struct_ops")
 __u32 BPF_PROG(dctcp_undo_cwnd, struct sock *sk)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 	__u32 cwnd = tcp_sk(sk)->snd_cwnd;
 
 	return cwnd > ca->loss_cwnd ? cwnd : ca->loss_cwnd;
@@ -250,7 +255,7 @@ void BPF_PROG(dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 SEC("struct_ops")
 void BPF_PROG(dctcp_release, struct sock *sk)
 {
-	struct dctcp_ca *ca = ca_priv(sk);
+	struct dctcp_ca *ca = inet_csk_ca(sk);
 
 	if (ca->counted) {
 		ca->counted = 0;

@@ -55,7 +55,7 @@ INT_STORE_MAP;
 #define HPCC_U_MAX (1024 * (__s64)FP_ONE)
 #define HPCC_COUNTED 0x1
 
-/* Per-socket state in icsk_ca_priv (at most 104 bytes). */
+/* Per-socket state in icsk_ca_priv (CCLOAD_CA_FITS checks that it fits). */
 struct hpcc_ca {
 	__u64 w;		/* window, bytes */
 	__u64 wc;		/* reference window W^c, bytes */
@@ -66,6 +66,7 @@ struct hpcc_ca {
 	__u32 min_rtt_us;	/* minimum srtt; 0 = none yet */
 	__u32 flags;
 };
+CCLOAD_CA_FITS(struct hpcc_ca);
 
 static __always_inline struct hpcc_params *hpcc_params(void)
 {
@@ -168,7 +169,7 @@ static __always_inline __u64 hpcc_window(struct hpcc_ca *ca, const struct hpcc_p
 
 static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sample *rs)
 {
-	struct hpcc_ca *ca = ca_priv(sk);
+	struct hpcc_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct hpcc_params *p = hpcc_params();
 	__u32 mss = tp->mss_cache ?: 1, srtt = tp->srtt_us >> 3, t;
@@ -213,7 +214,7 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 SEC("struct_ops")
 void BPF_PROG(hpcc_init, struct sock *sk)
 {
-	struct hpcc_ca *ca = ca_priv(sk);
+	struct hpcc_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct hpcc_params *p = hpcc_params();
 	__u32 t;
@@ -248,7 +249,7 @@ void BPF_PROG(hpcc_cong_control_legacy, struct sock *sk, const struct rate_sampl
 SEC("struct_ops")
 void BPF_PROG(hpcc_set_state, struct sock *sk, __u8 new_state)
 {
-	struct hpcc_ca *ca = ca_priv(sk);
+	struct hpcc_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 
 	if (new_state == TCP_CA_Recovery || new_state == TCP_CA_Loss)
@@ -274,7 +275,7 @@ __u32 BPF_PROG(hpcc_undo_cwnd, struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(hpcc_release, struct sock *sk)
 {
-	struct hpcc_ca *ca = ca_priv(sk);
+	struct hpcc_ca *ca = inet_csk_ca(sk);
 
 	if (ca->flags & HPCC_COUNTED) {
 		ca->flags &= ~HPCC_COUNTED;

@@ -75,7 +75,7 @@ struct {
 	__type(value, struct hop_queue);
 } hop_queue SEC(".maps");
 
-/* Counters, named in loader/hop.go; append only. */
+/* Counters, named in telemetry/hop (Stats, readStats); append only. */
 enum hop_stat {
 	HOP_STAT_PACKETS = 0,	/* packets seen */
 	HOP_STAT_RECORDS,	/* hop records written */

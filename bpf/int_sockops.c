@@ -54,7 +54,7 @@ struct {
 
 INT_STORE_MAP;
 
-/* Counters, named in loader/intstats.go; append only. */
+/* Counters, named in telemetry/sockops (statNames); append only. */
 enum int_stat {
 	INT_STAT_SCOPED = 0,	/* connections to peers in the prefixes */
 	INT_STAT_TAGGED,	/* forward options written */
@@ -81,6 +81,8 @@ struct int_opt {
 	__be16 exid;
 	__be64 hop[INT_MAX_HOPS];
 } __attribute__((packed));
+_Static_assert(sizeof(struct int_opt) == INT_OPT_LEN(INT_MAX_HOPS),
+	       "struct int_opt is the largest INT option");
 
 static __always_inline struct int_config *int_cfg(void)
 {

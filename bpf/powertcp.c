@@ -103,7 +103,7 @@ static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *
 
 static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_sample *rs)
 {
-	struct power_ca *ca = ca_priv(sk);
+	struct power_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_ack_begin(sk, ca);
 	struct int_sk *st;

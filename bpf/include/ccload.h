@@ -6,8 +6,9 @@
  * ------------------
  * BPF has no floating point, so every non-integer quantity is an integer
  * scaled by one of the factors below. This is the only place they are
- * defined; the Go loader (loader/params.go) converts user input with the
- * same scales, and checks them against the object's BTF at load time.
+ * defined; the Go loader (loader/params.go, with internal/units) converts
+ * user input with the same scales, and checks them against the object's BTF
+ * at load time.
  *
  *   FP_ONE (2^16)        dimensionless ratios: normalised power, the RTT
  *                        gradient d(RTT)/dt, and PowerTCP's gamma.
@@ -90,7 +91,8 @@ enum ccload_stat {
 /*
  * Per-ACK trace records for `ccload trace`, written only while trace_on[0]
  * is non-zero (ccload trace sets it while it reads). The layout is the
- * ABI with loader/trace.go: append fields only.
+ * ABI with loader/trace.go, which decodes it through the Go type bpf2go
+ * writes from this struct: append fields only.
  */
 struct cc_trace_event {
 	__u64 ts_ns;		/* bpf_ktime_get_ns() */
@@ -174,10 +176,21 @@ static __always_inline struct inet_connection_sock *inet_csk(const struct sock *
 	return (struct inet_connection_sock *)sk;
 }
 
-static __always_inline void *ca_priv(const struct sock *sk)
+/* The CC's private per-socket state, as the kernel's inet_csk_ca(). */
+static __always_inline void *inet_csk_ca(const struct sock *sk)
 {
 	return (void *)inet_csk(sk)->icsk_ca_priv;
 }
+
+/*
+ * CCLOAD_CA_FITS(type) fails the build when a CC's per-socket state does
+ * not fit icsk_ca_priv (13 u64s, 104 bytes, on 6.1 to 6.18); anything more
+ * belongs in a BPF_MAP_TYPE_SK_STORAGE map.
+ */
+#define CCLOAD_CA_FITS(type)                                                 \
+	_Static_assert(sizeof(type) <=                                       \
+			       sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv), \
+		       #type " does not fit icsk_ca_priv")
 
 /* Sequence-number comparisons with wrap-around, as in the kernel. */
 static __always_inline bool seq_before(__u32 a, __u32 b)

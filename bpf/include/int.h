@@ -20,6 +20,13 @@
 #define INT_MAX_HOPS 4
 #define INT_OPT_LEN(n) (INT_OPT_HDR + INT_HOP_SIZE * (n))
 
+/* TCP's 40 bytes of options hold the largest INT option (4 hops)... */
+#define TCP_OPTIONS_MAX 40
+_Static_assert(INT_OPT_LEN(INT_MAX_HOPS) <= TCP_OPTIONS_MAX, "INT_MAX_HOPS hops do not fit TCP's options");
+/* ...and 3 hops beside the timestamps option (NOP, NOP, 10 bytes). */
+#define INT_HOPS_BESIDE_TS 3
+_Static_assert(INT_OPT_LEN(INT_HOPS_BESIDE_TS) + 12 <= TCP_OPTIONS_MAX, "3 hops do not fit beside TCP timestamps");
+
 #define INT_TS_BITS 24
 #define INT_TX_BITS 20
 #define INT_QLEN_BITS 16
@@ -207,8 +214,8 @@ static __always_inline __u32 int_max_qlen(const struct int_sk *st)
 
 /*
  * The map that carries struct int_sk. The sockops object and every CC that
- * reads INT declare it; the loader makes them share one map (pinned as
- * /sys/fs/bpf/ccload/int/store).
+ * reads INT declare it; telemetry/sockops owns the one map they share,
+ * pinned as /sys/fs/bpf/ccload/shared/int_store, and lends it to the CCs.
  */
 #define INT_STORE_MAP                                                        \
 	struct {                                                             \

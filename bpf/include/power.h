@@ -49,7 +49,7 @@ CCLOAD_TRACE_MAPS;
 #define POWER_RESYNC 0x1 /* adopt the kernel's window on the next ACK */
 #define POWER_COUNTED 0x2 /* counted in sock_init; release() counts it out */
 
-/* Per-socket state in icsk_ca_priv (at most 104 bytes). */
+/* Per-socket state in icsk_ca_priv (CCLOAD_CA_FITS checks that it fits). */
 struct power_ca {
 	__u64 cwnd;		/* current window, bytes */
 	__u64 cwnd_old;		/* window set at the previous update, bytes */
@@ -64,6 +64,7 @@ struct power_ca {
 	struct int_prev prev;	/* the previous echo */
 	__u32 old_stamp_us;	/* when cwnd_old was remembered (tcp_mstamp, low bits) */
 };
+CCLOAD_CA_FITS(struct power_ca);
 
 static __always_inline struct power_params *power_params(void)
 {
@@ -94,7 +95,7 @@ static __always_inline __u32 power_tau(const struct power_params *p,
 
 static __always_inline void power_init(struct sock *sk)
 {
-	struct power_ca *ca = ca_priv(sk);
+	struct power_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_params();
 	__u32 tau;
@@ -248,7 +249,7 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 /* θ-PowerTCP's ACK: power per ACK, window once per RTT (Algorithm 2). */
 static __always_inline void theta_on_ack(struct sock *sk, const struct rate_sample *rs)
 {
-	struct power_ca *ca = ca_priv(sk);
+	struct power_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_ack_begin(sk, ca);
 
@@ -265,7 +266,7 @@ static __always_inline void theta_on_ack(struct sock *sk, const struct rate_samp
 
 static __always_inline void power_set_state(struct sock *sk, __u8 new_state)
 {
-	struct power_ca *ca = ca_priv(sk);
+	struct power_ca *ca = inet_csk_ca(sk);
 
 	if (new_state == TCP_CA_Recovery || new_state == TCP_CA_Loss)
 		stat_add(&stats, STAT_LOSS_EVENTS, 1);
@@ -277,7 +278,7 @@ static __always_inline void power_set_state(struct sock *sk, __u8 new_state)
 /* Counts out only sockets init() counted in; see dctcp_release. */
 static __always_inline void power_release(struct sock *sk)
 {
-	struct power_ca *ca = ca_priv(sk);
+	struct power_ca *ca = inet_csk_ca(sk);
 
 	if (ca->flags & POWER_COUNTED) {
 		ca->flags &= ~POWER_COUNTED;
