@@ -91,6 +91,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE]")
 		os.Exit(2)
 	}
+	// Every tool first: a fresh machine should learn what to install now,
+	// not after minutes of downloads.
+	if err := prepareHostTools(); err != nil {
+		fmt.Fprintf(os.Stderr, "vmtests: %v\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, o))
