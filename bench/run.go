@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -50,8 +49,6 @@ type runner struct {
 	baseRTT  time.Duration
 	progress io.Writer
 	builtin  map[string]*loader.CC
-	// builtinNames are ccload's CC names, sorted.
-	builtinNames []string
 	// params holds the parameters of ccload's CCs as they ran, by name.
 	params map[string]map[string]string
 }
@@ -84,7 +81,6 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	r := &runner{cfg: cfg, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{}, params: map[string]map[string]string{}}
 	for _, cc := range loader.Builtin() { // sorted by name
 		r.builtin[cc.Name] = cc
-		r.builtinNames = append(r.builtinNames, cc.Name)
 	}
 	undo, err := r.prepareCCs()
 	defer func() { err = errors.Join(err, undo()) }()
@@ -148,61 +144,37 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 }
 
 // prepareCCs checks every CC name and attaches the built-in ones that are
-// not attached. Those that read INT get host_bw = the bottleneck's rate:
-// the emulated hosts' NICs are as fast as the fabric, as in the papers'
-// topologies. θ-PowerTCP keeps host_bw=auto: its power is RTT/τ, and the
-// τ floor of one GSO burst at 1 Gbit/s (524 µs) lies far above this
-// testbed's RTT, so it would hold that difference as queue. CCs the user
-// attached keep their parameters. The returned function detaches what it
-// attached.
+// not attached (AttachForRun). Those that read INT get host_bw = the
+// bottleneck's rate: the emulated hosts' NICs are as fast as the fabric,
+// as in the papers' topologies. θ-PowerTCP keeps host_bw=auto: its power
+// is RTT/τ, and the τ floor of one GSO burst at 1 Gbit/s (524 µs) lies far
+// above this testbed's RTT, so it would hold that difference as queue. CCs
+// the user attached keep their parameters, since an attach of an attached
+// CC changes only the parameters it is given, and the bench gives them
+// none. The returned function detaches what it attached.
 func (r *runner) prepareCCs() (func() error, error) {
-	var attached []string
-	undo := func() error {
-		var errs []error
-		for _, name := range slices.Backward(attached) {
-			if _, err := r.l.Detach(name); err != nil {
-				errs = append(errs, fmt.Errorf("detach %s after the bench: %w", name, err))
-			}
-		}
-		return errors.Join(errs...)
-	}
-	kernel, err := r.l.KernelCCs()
-	if err != nil {
-		return undo, err
-	}
 	list, err := r.l.List()
 	if err != nil {
-		return undo, fmt.Errorf("list attached CCs: %w", err)
+		return func() error { return nil }, fmt.Errorf("list attached CCs: %w", err)
 	}
 	attachedBefore := map[string]bool{}
 	for _, st := range list {
 		attachedBefore[st.Name] = st.Attached
 	}
-	for _, name := range r.cfg.CCs {
-		if _, ok := r.builtin[name]; !ok {
-			if !slices.Contains(kernel, name) {
-				return undo, fmt.Errorf("the kernel has no congestion control %q (it has: %s; ccload's: %s)",
-					name, strings.Join(kernel, " "), strings.Join(r.builtinNames, " "))
-			}
-			continue
+	params := func(cc *loader.CC) map[string]string {
+		if _, has := cc.Param(hostBWParam); has && !attachedBefore[cc.Name] && cc.UsesINT {
+			return map[string]string{hostBWParam: units.FormatBandwidth(r.cfg.RateBps)}
 		}
-		req := loader.AttachRequest{Name: name}
-		if _, has := r.builtin[name].Param(hostBWParam); has && !attachedBefore[name] && r.builtin[name].UsesINT {
-			req.Params = map[string]string{hostBWParam: units.FormatBandwidth(r.cfg.RateBps)}
-		}
-		res, err := r.l.Attach(req)
-		if err != nil {
-			return undo, fmt.Errorf("attach %s: %w", name, err)
-		}
-		r.params[name] = res.Params
-		if !res.AlreadyAttached {
-			attached = append(attached, name)
-			r.say("attached %s for the bench (%s)", name, loader.ParamsString(res.Params))
-		} else {
-			r.say("%s is attached already; the bench uses its parameters (%s)", name, loader.ParamsString(res.Params))
-		}
+		return nil
 	}
-	return undo, nil
+	return AttachForRun(r.l, r.cfg.CCs, "the bench", params, func(a Attached) {
+		r.params[a.Name] = a.Params
+		if a.AlreadyAttached {
+			r.say("%s is attached already; the bench uses its parameters (%s)", a.Name, loader.ParamsString(a.Params))
+		} else {
+			r.say("attached %s for the bench (%s)", a.Name, loader.ParamsString(a.Params))
+		}
+	})
 }
 
 // hostBWParam is the parameter of ccload's CCs that holds the host's NIC

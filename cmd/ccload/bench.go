@@ -1,23 +1,22 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ccload/ccload/bench"
-	"github.com/ccload/ccload/internal/units"
 )
 
 func newBenchCmd(a *app) *cobra.Command {
 	var (
-		scenario, rate, buffer, ecn, incastSize, out string
-		ccs                                          []string
-		cfg                                          bench.Config
-		asJSON                                       bool
+		scenario, out string
+		sizes         bench.Sizes
+		ccs           []string
+		cfg           bench.Config
+		asJSON        bool
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
@@ -65,34 +64,14 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				_, err := a.out.Write(bench.Schema())
 				return err
 			}
-			if scenario == "" {
-				return usage(c, fmt.Errorf("--scenario is required: one of %s, all", strings.Join(bench.Scenarios(), ", ")))
-			}
-			if scenario != "all" && !slices.Contains(bench.Scenarios(), scenario) {
-				return usage(c, fmt.Errorf("--scenario %q: use one of %s, all", scenario, strings.Join(bench.Scenarios(), ", ")))
-			}
-			bps, err := units.ParseBandwidth(rate)
+			scenarios, err := bench.ScenariosFor(scenario)
 			if err != nil {
-				return usage(c, fmt.Errorf("--rate: %w", err))
+				return benchInputError(c, err)
 			}
-			buf, err := units.ParseBytes(buffer)
-			if err != nil || buf > 1<<30 {
-				return usage(c, fmt.Errorf("--buffer: want a size up to 1GiB, got %q", buffer))
+			if err := sizes.Apply(&cfg); err != nil {
+				return benchInputError(c, err)
 			}
-			k, err := units.ParseBytes(ecn)
-			if err != nil || k > 1<<30 {
-				return usage(c, fmt.Errorf("--ecn-threshold: want a size up to 1GiB (0 turns marking off), got %q", ecn))
-			}
-			is, err := units.ParseBytes(incastSize)
-			if err != nil {
-				return usage(c, fmt.Errorf("--incast-size: %w", err))
-			}
-			cfg.CCs, cfg.RateBps, cfg.BufferBytes, cfg.ECNThresholdBytes, cfg.IncastBytes = ccs, bps, uint32(buf), uint32(k), int64(is)
-			cfg.NoECN = k == 0
-			scenarios := []string{scenario}
-			if scenario == "all" {
-				scenarios = bench.Scenarios()
-			}
+			cfg.CCs = ccs
 			ctx, stop := runContext(c, 0)
 			defer stop()
 			var progress io.Writer = a.out
@@ -100,32 +79,16 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				progress = c.ErrOrStderr()
 			}
 			var all []bench.Results
-			for _, sc := range scenarios {
-				run := cfg
-				run.Scenario = sc
-				rep, err := bench.Run(ctx, a.loader(), a.int(), run, progress)
-				if err != nil {
-					return fmt.Errorf("bench %s: %w", sc, err)
-				}
-				if out != "" {
-					dir := out
-					if len(scenarios) > 1 {
-						dir = out + "/" + sc
-					}
-					files, err := rep.Write(dir)
-					if err != nil {
-						return fmt.Errorf("bench %s: %w", sc, err)
-					}
-					fmt.Fprintf(progress, "wrote %s\n", strings.Join(files, " "))
-				}
+			_, err = bench.RunAll(ctx, a.loader(), a.int(), cfg, scenarios, out, progress, func(rep *bench.Report) error {
 				if asJSON {
 					all = append(all, rep.Results)
-					continue
+					return nil
 				}
 				fmt.Fprintln(a.out)
-				if err := rep.Table(a.out); err != nil {
-					return err
-				}
+				return rep.Table(a.out)
+			})
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				if len(all) == 1 {
@@ -143,12 +106,12 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&cfg.Duration, "duration", 0, "traffic time per CC (default 10s longflow, 16s fairness, 20s otherwise; 3s with --quick)")
 	f.BoolVar(&cfg.Quick, "quick", false, "a few seconds per CC, fewer senders, web-search flows capped at 1MB: a smoke run")
 	f.StringVar(&out, "out", "", "directory for results.json and the PNG plots")
-	f.StringVar(&rate, "rate", "1gbit", "bottleneck rate")
-	f.StringVar(&buffer, "buffer", "1MiB", "bottleneck buffer")
-	f.StringVar(&ecn, "ecn-threshold", "30KB", "INT hop marks CE above this queue (DCTCP's K); 0 turns it off")
+	f.StringVar(&sizes.Rate, "rate", "1gbit", "bottleneck rate")
+	f.StringVar(&sizes.Buffer, "buffer", "1MiB", "bottleneck buffer")
+	f.StringVar(&sizes.ECNThreshold, "ecn-threshold", "30KB", "INT hop marks CE above this queue (DCTCP's K); 0 turns it off")
 	f.BoolVar(&cfg.ACKPadding, "ack-padding", false, "the INT hop refreshes its record on returning ACKs (FastTune)")
 	f.IntVar(&cfg.Fanout, "fanout", bench.DefaultFanout, "incast: senders per incast")
-	f.StringVar(&incastSize, "incast-size", "64KiB", "incast: bytes each incast sender sends")
+	f.StringVar(&sizes.IncastSize, "incast-size", "64KiB", "incast: bytes each incast sender sends")
 	f.IntVar(&cfg.Senders, "senders", 0, "websearch: sender hosts (default 8; 4 with --quick)")
 	f.IntVar(&cfg.Flows, "flows", bench.DefaultFlows, "fairness: flows that join and leave")
 	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "websearch: seed of the arrivals")
@@ -156,4 +119,13 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
 	f.Bool("schema", false, "print the JSON Schema of results.json and exit")
 	return c
+}
+
+// benchInputError makes a mistake in the bench's flags a usage error.
+func benchInputError(c *cobra.Command, err error) error {
+	var in *bench.InputError
+	if errors.As(err, &in) {
+		return usage(c, in)
+	}
+	return err
 }
