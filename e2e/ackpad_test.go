@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/telemetry"
 	"github.com/ccload/ccload/telemetry/sockops"
@@ -85,7 +86,7 @@ func echoAges(t *testing.T, ctx context.Context, h *testbed.Host, max int) <-cha
 // its data packet met after being stamped; with it, the record was written
 // as the ACK crossed the hop, a fraction of a millisecond earlier.
 func TestACKPaddingFreshensEchoes(t *testing.T) {
-	requireKernelCC(t)
+	testutil.RequireKernelCC(t)
 	_, n := newSys(t)
 	enableINTForTest(t, n, sockops.Config{})
 	d := newDumbbell(t, 1)

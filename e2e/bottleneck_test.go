@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/testbed"
@@ -55,7 +56,7 @@ func formatRuns(runs []queueRun) string {
 // 1 Gbit/s bottleneck with a 1 MiB buffer: θ-PowerTCP must keep the queue
 // far below cubic's at a similar throughput.
 func TestBottleneckQueueThetaVsCubic(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l, _ := newSys(t)
 	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp"})
 	d := newDumbbell(t, 1)
@@ -89,7 +90,7 @@ func TestBottleneckQueueThetaVsCubic(t *testing.T) {
 // bottleneck. The equilibrium queue is about β, so the flow's own queue
 // must follow it.
 func TestBetaMovesQueue(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l, _ := newSys(t)
 	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp"})
 	d := newDumbbell(t, 1)

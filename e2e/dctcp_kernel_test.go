@@ -109,8 +109,8 @@ type dctcpRun struct {
 // windows with CE (ecn_ce_rounds), and the native flows must not have run
 // through bpf_dctcp at all (its acks counter stays put).
 func TestDCTCPMatchesKernel(t *testing.T) {
-	requireKernelCC(t, "bpf_dctcp")
-	if !registered(t, "dctcp") {
+	testutil.RequireKernelCC(t, "bpf_dctcp")
+	if !testutil.Registered(t, "dctcp") {
 		testutil.SkipKernelLacks(t, "the tcp_dctcp module")
 	}
 	l, _ := newSys(t)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/telemetry/sockops"
 )
@@ -20,7 +21,7 @@ import (
 // is, so that the server parses forward options and echoes them, and
 // powertcp runs on INT rather than in θ mode.
 func TestDualStackServerEchoesINT(t *testing.T) {
-	requireKernelCC(t, "powertcp")
+	testutil.RequireKernelCC(t, "powertcp")
 	l, n := newSys(t)
 	enableINTForTest(t, n, sockops.Config{})
 	attachForTest(t, l, loader.AttachRequest{Name: "powertcp", Params: map[string]string{"host_bw": "1gbit"}})

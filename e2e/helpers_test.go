@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/ccload/ccload/internal/kernel"
@@ -22,16 +20,6 @@ const (
 // sysctlDefault is the default CC's sysctl, below /proc/sys.
 const sysctlDefault = "net/ipv4/tcp_congestion_control"
 
-// kernelRegistrations lists the registration modes this kernel supports:
-// legacy everywhere, links since 6.4.
-func kernelRegistrations() []kernel.Registration {
-	f, err := kernel.Probe(kernel.DefaultHost().BTFPath)
-	if err != nil || f.Registration == kernel.RegLegacy {
-		return []kernel.Registration{kernel.RegLegacy}
-	}
-	return []kernel.Registration{kernel.RegLink, kernel.RegLegacy}
-}
-
 // newSys returns ccload as the CLI wires it, on a pin root of this test
 // process's own: the CC loader, given INT's store, and INT tagging.
 func newSys(t testing.TB, opts ...loader.Option) (*loader.Loader, *sockops.INT) {
@@ -39,29 +27,6 @@ func newSys(t testing.TB, opts ...loader.Option) (*loader.Loader, *sockops.INT) 
 	h := testutil.Host(t)
 	n := sockops.New(h)
 	return loader.New(h, append([]loader.Option{loader.WithSharedMaps(n.Store())}, opts...)...), n
-}
-
-// requireKernelCC skips unless this process can load BPF CCs here, and
-// fails if one of names is already registered by someone else.
-func requireKernelCC(t testing.TB, names ...string) {
-	t.Helper()
-	testutil.RequireRoot(t)
-	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
-	for _, n := range names {
-		if registered(t, n) {
-			t.Fatalf("%s is already registered in this kernel; detach it (ccload detach %s) before running the tests", n, n)
-		}
-	}
-}
-
-// registered reports whether the kernel has a CC called name.
-func registered(t testing.TB, name string) bool {
-	t.Helper()
-	ccs, err := kernel.ReadSysctl("/proc/sys", "net/ipv4/tcp_available_congestion_control")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return slices.Contains(strings.Fields(ccs), name)
 }
 
 // attachForTest attaches a CC and detaches it when the test ends.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ccload/ccload/bench/stats"
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/internal/units"
 	"github.com/ccload/ccload/loader"
@@ -159,7 +160,7 @@ func samplesIn(s []testbed.QueueSample, from, to time.Duration) []testbed.QueueS
 // the bench's incast scenario reports them, over repeated incasts, instead
 // of a test asserting them (docs/benchmarks.md).
 func TestIncastINT(t *testing.T) {
-	requireKernelCC(t, "powertcp", "hpcc")
+	testutil.RequireKernelCC(t, "powertcp", "hpcc")
 	l, n := newSys(t)
 	enableINTForTest(t, n, sockops.Config{})
 	// As in the paper's incast, the hosts' rate is the link's: it sets

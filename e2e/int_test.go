@@ -170,7 +170,7 @@ func netnsCounter(t testing.TB, h *testbed.Host, file, group, name string) uint6
 // the receiver's wire, echoes on the sender's wire, the counters of both
 // programs, a valid TCP checksum after the rewrite, and intact data.
 func TestINTEndToEnd(t *testing.T) {
-	requireKernelCC(t)
+	testutil.RequireKernelCC(t)
 	_, n := newSys(t)
 	enableINTForTest(t, n, sockops.Config{})
 	d := newDumbbell(t, 1)
@@ -238,7 +238,7 @@ func TestINTEndToEnd(t *testing.T) {
 // TestINTScope checks that nothing is tagged for peers outside the
 // configured prefixes, and nothing at all with no prefixes.
 func TestINTScope(t *testing.T) {
-	requireKernelCC(t)
+	testutil.RequireKernelCC(t)
 	for _, tc := range []struct {
 		name  string
 		peers []netip.Prefix
@@ -285,7 +285,7 @@ func TestINTScope(t *testing.T) {
 // qdisc holds most of it) and θ-PowerTCP's empty one (a mean below two GSO
 // packets), and it logs how far the two means lie apart.
 func TestHopQueueModel(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l, _ := newSys(t)
 	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp"})
 	d := newDumbbell(t, 1)
@@ -338,7 +338,7 @@ func TestHopQueueModel(t *testing.T) {
 // them: the receiver's sockops program must count them as malformed and
 // use none of them, and the connection must go on carrying data intact.
 func TestINTMalformedFromNetwork(t *testing.T) {
-	requireKernelCC(t)
+	testutil.RequireKernelCC(t)
 	_, n := newSys(t)
 	enableINTForTest(t, n, sockops.Config{})
 	p := testnet.NewPair(t)

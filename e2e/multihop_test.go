@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/telemetry"
@@ -23,7 +24,7 @@ import (
 // the second hop's records must show its queue, the first's stay small;
 // and the data must arrive intact.
 func TestINTTwoHops(t *testing.T) {
-	requireKernelCC(t, "powertcp")
+	testutil.RequireKernelCC(t, "powertcp")
 	l, n := newSys(t)
 	enableINTForTest(t, n, sockops.Config{})
 	attachForTest(t, l, loader.AttachRequest{Name: "powertcp"})

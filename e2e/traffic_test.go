@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/testbed"
@@ -71,9 +72,9 @@ func waitSink(t testing.TB, s *testbed.Sink, n int, bytes int64) {
 // checks with TCP_INFO and the CC's own counters that the kernel ran it.
 func TestSelectAndTransfer(t *testing.T) {
 	for _, cc := range loader.Builtin() {
-		for _, reg := range kernelRegistrations() {
+		for _, reg := range testutil.Registrations(t) {
 			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
-				requireKernelCC(t, cc.Name)
+				testutil.RequireKernelCC(t, cc.Name)
 				l, _ := newSys(t, loader.WithRegistration(reg))
 				attachForTest(t, l, loader.AttachRequest{Name: cc.Name})
 				before := ccStats(t, l, cc.Name)
@@ -140,7 +141,7 @@ func TestSelectAndTransfer(t *testing.T) {
 // TestDCTCPFallsBackWithoutECN checks that bpf_dctcp hands a socket whose
 // peer refuses ECN to reno, as the kernel's dctcp does.
 func TestDCTCPFallsBackWithoutECN(t *testing.T) {
-	requireKernelCC(t, "bpf_dctcp")
+	testutil.RequireKernelCC(t, "bpf_dctcp")
 	l, _ := newSys(t)
 	attachForTest(t, l, loader.AttachRequest{Name: "bpf_dctcp"})
 	p := testnet.NewPair(t)
@@ -160,7 +161,7 @@ func TestDCTCPFallsBackWithoutECN(t *testing.T) {
 // TestSysctlInitNetns selects the CC as the init netns default and opens a
 // loopback connection with it. The previous default is restored.
 func TestSysctlInitNetns(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l, _ := newSys(t)
 	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp"})
 
@@ -280,9 +281,9 @@ func tcpInfo(t testing.TB, c *net.TCPConn) *unix.TCPInfo {
 // TestDetachWithLiveSockets detaches a CC while a connection uses it: the
 // detach reports the socket, and the connection keeps working on the CC.
 func TestDetachWithLiveSockets(t *testing.T) {
-	for _, reg := range kernelRegistrations() {
+	for _, reg := range testutil.Registrations(t) {
 		t.Run(string(reg), func(t *testing.T) {
-			requireKernelCC(t, "theta_powertcp")
+			testutil.RequireKernelCC(t, "theta_powertcp")
 			l, _ := newSys(t, loader.WithRegistration(reg))
 			if _, err := l.Attach(loader.AttachRequest{Name: "theta_powertcp"}); err != nil {
 				t.Fatal(err)
@@ -303,7 +304,7 @@ func TestDetachWithLiveSockets(t *testing.T) {
 			if res.SocketsInUse < 1 {
 				t.Errorf("detach reported %d sockets in use, want at least 1", res.SocketsInUse)
 			}
-			if registered(t, "theta_powertcp") {
+			if testutil.Registered(t, "theta_powertcp") {
 				t.Fatal("still registered after detach")
 			}
 			// The live socket keeps its CC and keeps moving data.
@@ -329,7 +330,7 @@ func TestDetachWithLiveSockets(t *testing.T) {
 // rate the kernel reports down to about one window per second at the next
 // window update.
 func TestSetReachesLiveSockets(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l, _ := newSys(t)
 	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp"})
 	p := testnet.NewPair(t)

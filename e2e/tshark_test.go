@@ -116,7 +116,7 @@ func tsharkOptions(t *testing.T, pcap string) map[int][]tsharkOption {
 // options as the Go codec: same ExID (FORWARD 0xCC10 on data, ECHO 0xCC11
 // on ACKs) and the same slot bytes.
 func TestINTOptionDecodedByTshark(t *testing.T) {
-	requireKernelCC(t)
+	testutil.RequireKernelCC(t)
 	if _, err := exec.LookPath("tshark"); err != nil {
 		testutil.Skip(t, "tshark is not installed (scripts/test.sh installs it: apt-get install tshark)")
 	}

@@ -27,19 +27,6 @@ func newTestLoader(h kernel.Host, opts ...Option) *Loader {
 	return New(h, append([]Option{WithSharedMaps(sockops.NewStore(h))}, opts...)...)
 }
 
-// requireKernelCC skips unless this process can load BPF CCs here, and
-// fails if name is already registered by someone else.
-func requireKernelCC(t testing.TB, names ...string) {
-	t.Helper()
-	testutil.RequireRoot(t)
-	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
-	for _, n := range names {
-		if ok, _ := isRegistered("/proc/sys", n); ok {
-			t.Fatalf("%s is already registered in this kernel; detach it (ccload detach %s) before running the tests", n, n)
-		}
-	}
-}
-
 // attachForTest attaches name and detaches it when the test ends.
 func attachForTest(t testing.TB, l *Loader, req AttachRequest) *AttachResult {
 	t.Helper()
@@ -55,27 +42,18 @@ func attachForTest(t testing.TB, l *Loader, req AttachRequest) *AttachResult {
 	return res
 }
 
-func registered(t testing.TB, name string) bool {
-	t.Helper()
-	ok, err := isRegistered("/proc/sys", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ok
-}
-
 func TestAttachDetachLifecycle(t *testing.T) {
 	for _, cc := range Builtin() {
-		for _, reg := range kernelRegistrations() {
+		for _, reg := range testutil.Registrations(t) {
 			t.Run(cc.Name+"/"+string(reg), func(t *testing.T) {
-				requireKernelCC(t, cc.Name)
+				testutil.RequireKernelCC(t, cc.Name)
 				l := newTestLoader(testutil.Host(t), WithRegistration(reg))
 
 				res := attachForTest(t, l, AttachRequest{Name: cc.Name})
 				if res.AlreadyAttached || res.Registration != reg {
 					t.Fatalf("attach result %+v", res)
 				}
-				if !registered(t, cc.Name) {
+				if !testutil.Registered(t, cc.Name) {
 					t.Fatalf("%s not in tcp_available_congestion_control after attach", cc.Name)
 				}
 				pin := pinOps
@@ -101,7 +79,7 @@ func TestAttachDetachLifecycle(t *testing.T) {
 				if !det.WasAttached {
 					t.Errorf("detach result %+v, want WasAttached", det)
 				}
-				if registered(t, cc.Name) {
+				if testutil.Registered(t, cc.Name) {
 					t.Fatalf("%s still registered after detach", cc.Name)
 				}
 				if kernel.Exists(l.PinDir(cc.Name)) {
@@ -120,7 +98,7 @@ func TestAttachDetachLifecycle(t *testing.T) {
 }
 
 func TestAttachUpdatesParamsWhenAttached(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l := New(testutil.Host(t))
 	attachForTest(t, l, AttachRequest{Name: "theta_powertcp", Params: map[string]string{"gamma": "0.9", "host_bw": "10gbit"}})
 
@@ -203,7 +181,7 @@ func withoutCaps(t *testing.T, caps []uint, fn func()) {
 }
 
 func TestAttachErrors(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp", "bpf_dctcp")
+	testutil.RequireKernelCC(t, "theta_powertcp", "bpf_dctcp")
 
 	fakeProcSys := func(t *testing.T) string {
 		dir := t.TempDir()
@@ -305,7 +283,7 @@ func TestAttachErrors(t *testing.T) {
 			if len(entries) != 0 {
 				t.Errorf("leftovers in the pin root: %v", entries)
 			}
-			if tt.setup == nil && registered(t, tt.req.Name) {
+			if tt.setup == nil && testutil.Registered(t, tt.req.Name) {
 				t.Errorf("%s is registered after a failed attach", tt.req.Name)
 			}
 		})
@@ -313,7 +291,7 @@ func TestAttachErrors(t *testing.T) {
 }
 
 func TestNotAttachedErrors(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	l := New(testutil.Host(t))
 	if _, err := l.Set("theta_powertcp", map[string]string{"gamma": "0.5"}); !kernel.IsKind(err, kernel.KindNotAttached) {
 		t.Fatalf("set on a detached CC: %v", err)
@@ -330,7 +308,7 @@ func TestNotAttachedErrors(t *testing.T) {
 }
 
 func TestStatusChecks(t *testing.T) {
-	requireKernelCC(t)
+	testutil.RequireKernelCC(t)
 	checks := New(testutil.Host(t)).Status()
 	for _, c := range checks {
 		if !c.OK {
@@ -348,7 +326,7 @@ func TestStatusChecks(t *testing.T) {
 // TestAttachDefault checks --default: the CC becomes the netns default,
 // and detach hands the default back to cubic before unregistering.
 func TestAttachDefault(t *testing.T) {
-	requireKernelCC(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	prev, err := kernel.ReadSysctl("/proc/sys", sysctlDefault)
 	if err != nil {
 		t.Fatal(err)
@@ -370,16 +348,6 @@ func TestAttachDefault(t *testing.T) {
 	if def, _ := kernel.ReadSysctl("/proc/sys", sysctlDefault); def != "cubic" || det.ResetDefault != "cubic" {
 		t.Fatalf("after detach the default is %q (reported %q), want cubic", def, det.ResetDefault)
 	}
-}
-
-// kernelRegistrations lists the registration modes this kernel supports:
-// legacy everywhere, links since 6.4.
-func kernelRegistrations() []kernel.Registration {
-	f, err := kernel.Probe("/sys/kernel/btf/vmlinux")
-	if err != nil || f.Registration == kernel.RegLegacy {
-		return []kernel.Registration{kernel.RegLegacy}
-	}
-	return []kernel.Registration{kernel.RegLink, kernel.RegLegacy}
 }
 
 // registerBehindOurBack registers the CC the way another tool would: held

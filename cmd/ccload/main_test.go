@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -131,23 +130,15 @@ func TestINTHopHelpTeaches(t *testing.T) {
 
 func requireNotRegistered(t *testing.T, name string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range strings.Fields(string(b)) {
-		if n == name {
-			t.Fatalf("%s is already registered; detach it before running the tests", name)
-		}
+	if testutil.Registered(t, name) {
+		t.Fatalf("%s is already registered; detach it before running the tests", name)
 	}
 }
 
 // TestLifecycleJSON drives the whole cycle through the CLI with --json,
 // as a config-management tool would.
 func TestLifecycleJSON(t *testing.T) {
-	testutil.RequireRoot(t)
-	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
-	requireNotRegistered(t, "theta_powertcp")
+	testutil.RequireKernelCC(t, "theta_powertcp")
 	t.Cleanup(func() { cli("detach", "theta_powertcp") })
 
 	var status struct {
@@ -266,18 +257,7 @@ type hopCLIEnv struct {
 
 func newHopCLIEnv(t *testing.T) *hopCLIEnv {
 	t.Helper()
-	testutil.RequireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := testbed.NewPair(ctx, "")
-	if err != nil {
-		t.Fatalf("build netns pair: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("tear down netns pair: %v", err)
-		}
-	})
+	p := testnet.NewPair(t)
 	e := &hopCLIEnv{pair: p, bpffs: t.TempDir()}
 	// A bpffs instance of our own: unmounting it drops whatever pins the
 	// test leaves, and the hops with them.
@@ -289,7 +269,7 @@ func newHopCLIEnv(t *testing.T) *hopCLIEnv {
 			t.Errorf("unmount %s: %v", e.bpffs, err)
 		}
 	})
-	err = p.A.Do(func() error {
+	err := p.A.Do(func() error {
 		ifs, err := net.Interfaces()
 		for _, ifi := range ifs {
 			if ifi.Flags&net.FlagLoopback == 0 {

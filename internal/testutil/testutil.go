@@ -8,6 +8,8 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ccload/ccload/internal/kernel"
@@ -68,4 +70,44 @@ func Host(t testing.TB) kernel.Host {
 	h.PinDir = fmt.Sprintf("ccload-test-%d", os.Getpid())
 	t.Cleanup(func() { os.RemoveAll(h.PinRoot()) })
 	return h
+}
+
+// RequireKernelCC skips t unless this process can load BPF congestion
+// controls here (root, kernel BTF), and fails it when one of names is
+// already registered in the kernel: a test must not take over a CC that a
+// user, or another test process, attached.
+func RequireKernelCC(t testing.TB, names ...string) {
+	t.Helper()
+	RequireRoot(t)
+	RequireFile(t, kernel.DefaultHost().BTFPath, "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
+	for _, n := range names {
+		if Registered(t, n) {
+			t.Fatalf("%s is already registered in this kernel; detach it (ccload detach %s) before running the tests", n, n)
+		}
+	}
+}
+
+// Registered reports whether the kernel has a congestion control called
+// name now.
+func Registered(t testing.TB, name string) bool {
+	t.Helper()
+	ccs, err := kernel.ReadSysctl(kernel.DefaultHost().ProcSys, "net/ipv4/tcp_available_congestion_control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(strings.Fields(ccs), name)
+}
+
+// Registrations lists the registration modes this kernel supports:
+// legacy everywhere, links since 6.4.
+func Registrations(t testing.TB) []kernel.Registration {
+	t.Helper()
+	f, err := kernel.Probe(kernel.DefaultHost().BTFPath)
+	if err != nil {
+		t.Fatalf("probe the kernel: %v", err)
+	}
+	if f.Registration == kernel.RegLegacy {
+		return []kernel.Registration{kernel.RegLegacy}
+	}
+	return []kernel.Registration{kernel.RegLink, kernel.RegLegacy}
 }
