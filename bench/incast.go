@@ -25,12 +25,12 @@ func incastStarts(c Config) []time.Duration {
 
 // incastDrainConfig is how the bench judges an incast's drain at rateBps:
 // back to one GSO packet (64 KiB, the least a busy hop that forwards GSO
-// packets holds) for 1.5 ms, with the peak sought and the utilisation
-// measured within 100 ms, well inside incastPeriod.
+// packets holds) for 1.5 ms before the next incast starts, with the peak
+// sought and the utilisation measured within 100 ms.
 func incastDrainConfig(rateBps uint64) stats.DrainConfig {
 	return stats.DrainConfig{
 		RateBps: float64(rateBps), NearZero: 64 << 10, Hold: 1500 * time.Microsecond,
-		PeakWindow: 100 * time.Millisecond, UtilWindow: 100 * time.Millisecond,
+		PeakWindow: 100 * time.Millisecond, UtilWindow: 100 * time.Millisecond, Within: incastPeriod,
 	}
 }
 

@@ -69,7 +69,7 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "queue: the bottleneck qdisc's backlog; INT q: the INT hop's model of it. FCT in us, by flow size.")
 	if res.Scenario == ScenarioIncast {
-		fmt.Fprintln(w, "drained: incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
+		fmt.Fprintln(w, "drained: incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms before the next; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
 	}
 	fmt.Fprintln(w, "CC ns/run: mean run time of the CC's busiest BPF program (one run per ACK). cpu: all CPUs, whole emulation.")
 	return nil

@@ -133,7 +133,7 @@ type CCResult struct {
 // Figures over drained incasts are absent when none drained.
 type IncastDrain struct {
 	// Incasts is how many incasts were analysed; Drained how many of
-	// them drained to one GSO packet before the next.
+	// them drained to one GSO packet before the next one started.
 	Incasts int `json:"incasts"`
 	Drained int `json:"drained"`
 	// PeakP50Bytes is the median of the incasts' peak queues.

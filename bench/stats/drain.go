@@ -26,6 +26,10 @@ type DrainConfig struct {
 	PeakWindow time.Duration
 	// UtilWindow is how long after the drain the utilisation is measured.
 	UtilWindow time.Duration
+	// Within bounds the drain: a spell that begins Within or more after
+	// the incast's start does not count (the next incast may have come).
+	// 0 leaves it unbounded.
+	Within time.Duration
 }
 
 // DrainResult is how one incast's queue rose and drained.
@@ -75,6 +79,9 @@ func Drain(readings []QueueReading, start, lastStart time.Duration, cfg DrainCon
 	for _, x := range readings {
 		if x.T < r.From {
 			continue
+		}
+		if cfg.Within > 0 && spell < 0 && x.T >= start+cfg.Within {
+			break
 		}
 		if x.Backlog > cfg.NearZero {
 			spell = -1

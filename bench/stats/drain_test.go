@@ -33,6 +33,7 @@ func TestDrain(t *testing.T) {
 		wantFrom  time.Duration
 		drained   bool
 		wantAt    time.Duration
+		within    time.Duration // if set: no drain counts this long after the start
 	}{
 		{
 			name: "peak from 10 ms, last flow at 11 ms, drained at 20 ms",
@@ -60,6 +61,16 @@ func TestDrain(t *testing.T) {
 			lastStart: 18 * ms, wantPeak: 400_000, wantFrom: 18 * ms, drained: true, wantAt: 18 * ms,
 		},
 		{
+			name: "a drain after the next incast's start does not count",
+			queue: func(t time.Duration) float64 {
+				if t >= 150*ms {
+					return 0
+				}
+				return 300_000
+			},
+			lastStart: 10 * ms, within: 100 * ms,
+		},
+		{
 			name:      "never drains",
 			queue:     func(t time.Duration) float64 { return 900_000 },
 			lastStart: 10 * ms, wantPeak: 900_000, wantFrom: 10 * ms, drained: false,
@@ -81,6 +92,14 @@ func TestDrain(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rs := readings(500*time.Microsecond, 200*ms, rate, tt.queue)
+			if tt.within > 0 {
+				cfg := cfg
+				cfg.Within = tt.within
+				if got := Drain(rs, 10*ms, tt.lastStart, cfg); got.Drained {
+					t.Fatalf("Drain within %v = %+v, want no drain", tt.within, got)
+				}
+				return
+			}
 			got := Drain(rs, 10*ms, tt.lastStart, cfg)
 			if got.Peak != tt.wantPeak || got.From != tt.wantFrom || got.Drained != tt.drained {
 				t.Fatalf("Drain = %+v; want peak %v, from %v, drained %v", got, tt.wantPeak, tt.wantFrom, tt.drained)
