@@ -262,7 +262,7 @@ func TestPinnedHop(t *testing.T) {
 			if k, ok := parseKey(filepath.Base(st.PinDir)); !ok || k.ifname != iface || k.ifindex != st.Ifindex || k.netns != st.NetnsInode {
 				t.Errorf("pin directory %s does not name %s (index %d, netns %d)", st.PinDir, iface, st.Ifindex, st.NetnsInode)
 			}
-			for _, pin := range []string{"hop_config", "hop_stats", "hop_queue", "tc_egress"} {
+			for _, pin := range []string{intHopMapHopConfig, intHopMapHopStats, intHopMapHopQueue, "tc_egress"} {
 				if !kernel.Exists(filepath.Join(st.PinDir, pin)) {
 					t.Errorf("%s lacks the pin %s", st.PinDir, pin)
 				}

@@ -28,7 +28,7 @@ type Store struct {
 // The store's pins, below the pin root.
 const (
 	sharedDir  = "shared"
-	storePin   = "int_store"
+	storePin   = intSockopsMapIntStore // the map's own name
 	holdersDir = "holders"
 )
 
