@@ -31,10 +31,11 @@ type Loader struct {
 // loader knows it only through it, and neither package imports the other.
 type SharedMaps interface {
 	// Acquire returns the shared map, creating and pinning it from spec
-	// when nothing holds it yet, and records user as one of its holders.
-	Acquire(user string, spec *ebpf.MapSpec) (*ebpf.Map, error)
-	// Release drops user; the map is unpinned when no holder is left.
-	Release(user string) error
+	// when nothing holds it yet, and records holder (the CC's name) as one
+	// of its holders.
+	Acquire(holder string, spec *ebpf.MapSpec) (*ebpf.Map, error)
+	// Release drops holder; the map is unpinned when no holder is left.
+	Release(holder string) error
 }
 
 // Option changes how a Loader works.
