@@ -9,36 +9,58 @@ import (
 	"strings"
 )
 
-// hostTool is a program vmtests runs on the host, and the Debian package
-// that installs it.
+// hostTool is a program vmtests runs on the host and where it comes from:
+// a Debian bookworm package (pkg), or, when no package fits, how else to
+// get it (other).
 type hostTool struct {
-	name string
-	pkg  string
+	name  string // what vmtests executes, found on PATH
+	pkg   string // the Debian package that installs it; empty if none fits
+	other string // how to install it when pkg is empty
 }
 
-// hostTools are the programs vmtests runs on the host, in the order it
-// needs them: apt-get and dpkg-deb fetch and unpack the kernels, depmod
-// indexes their modules, xz decompresses them, go builds the test
-// binaries, busybox, find and cpio make the initramfs, QEMU boots it.
-var hostTools = []hostTool{
-	{"apt-get", "apt"},
-	{"dpkg-deb", "dpkg"},
-	{"depmod", "kmod"},
-	{"xz", "xz-utils"},
-	{"go", "golang (or Go from go.dev)"},
-	{"busybox", "busybox-static"},
-	{"find", "findutils"},
-	{"cpio", "cpio"},
-	{"qemu-system-x86_64", "qemu-system-x86"},
+// source says where t comes from, for the error that names it.
+func (t hostTool) source() string {
+	if t.pkg != "" {
+		return "Debian package " + t.pkg
+	}
+	return t.other
 }
 
-// sbinDirs hold depmod on Debian; a non-root user's PATH often lacks them.
-var sbinDirs = []string{"/usr/sbin", "/sbin"}
+// hostTools returns the programs vmtests runs on the host, in the order it
+// first needs them: apt-cache, apt-get and dpkg-deb find, fetch and unpack
+// the kernels (kernel.go), depmod indexes their modules, go builds the
+// guest's binaries, xz decompresses modules, busybox, find and cpio make
+// the initramfs (initramfs.go), and QEMU boots it (qemu.go). Programs the
+// guest runs (busybox's insmod, sysctl, ...) are not here: the initramfs
+// carries them. The packages are those `dpkg -S` names on Debian bookworm.
+func hostTools() []hostTool {
+	return []hostTool{
+		{name: "apt-cache", pkg: "apt"},
+		{name: "apt-get", pkg: "apt"},
+		{name: "dpkg-deb", pkg: "dpkg"},
+		{name: "depmod", pkg: "kmod"},
+		// go.mod needs a newer Go than bookworm's golang-go.
+		{name: "go", other: "Go from https://go.dev/dl/"},
+		{name: "xz", pkg: "xz-utils"},
+		// Copied into the guest, so it must be the static build.
+		{name: "busybox", pkg: "busybox-static"},
+		{name: "find", pkg: "findutils"},
+		{name: "cpio", pkg: "cpio"},
+		{name: "qemu-system-x86_64", pkg: "qemu-system-x86"},
+	}
+}
 
-// withSbin returns path with the sbin directories appended where missing.
+// sbinDirs returns the directories that hold depmod on Debian, which a
+// non-root user's PATH often lacks.
+func sbinDirs() []string {
+	return []string{"/usr/sbin", "/sbin"}
+}
+
+// withSbin returns the PATH value path with the sbin directories appended
+// where it lacks them, so that they are searched last.
 func withSbin(path string) string {
 	dirs := filepath.SplitList(path)
-	for _, d := range sbinDirs {
+	for _, d := range sbinDirs() {
 		if !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}
@@ -46,35 +68,41 @@ func withSbin(path string) string {
 	return strings.Join(dirs, string(os.PathListSeparator))
 }
 
-// checkTools reports, in one error, every host tool that lookPath cannot
-// find, with the Debian packages to install and the command that does.
+// checkTools reports, in one error, every host tool that lookPath (as
+// exec.LookPath) cannot find, each with the package that installs it, and
+// the command that installs them all. It returns nil when none is missing.
 func checkTools(lookPath func(string) (string, error)) error {
-	var missing, pkgs []string
-	for _, t := range hostTools {
+	var missing, pkgs, others []string
+	for _, t := range hostTools() {
 		if _, err := lookPath(t.name); err == nil {
 			continue
 		}
-		missing = append(missing, fmt.Sprintf("%s (Debian package %s)", t.name, t.pkg))
-		if !strings.Contains(t.pkg, " ") && !slices.Contains(pkgs, t.pkg) {
+		missing = append(missing, fmt.Sprintf("%s (%s)", t.name, t.source()))
+		switch {
+		case t.pkg == "":
+			others = append(others, "install "+t.other)
+		case !slices.Contains(pkgs, t.pkg):
 			pkgs = append(pkgs, t.pkg)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	fix := "install them"
+	var fixes []string
 	if len(pkgs) > 0 {
-		fix = "apt-get install " + strings.Join(pkgs, " ")
+		fixes = append(fixes, "apt-get install "+strings.Join(pkgs, " "))
 	}
-	return fmt.Errorf("missing tools: %s\n  fix: %s (scripts/test.sh installs everything the tests need)",
-		strings.Join(missing, ", "), fix)
+	fixes = append(fixes, others...)
+	return fmt.Errorf("missing tools: %s\n  fix: %s", strings.Join(missing, ", "), strings.Join(fixes, "; "))
 }
 
-// prepareHostTools puts the sbin directories on PATH, for this process and
-// the tools it runs, and checks that every host tool is there.
+// prepareHostTools puts the sbin directories on PATH, for the lookups here
+// and for the tools vmtests runs later, which therefore find the same
+// programs the check found, and then checks that every host tool is there.
 func prepareHostTools() error {
 	if err := os.Setenv("PATH", withSbin(os.Getenv("PATH"))); err != nil {
-		return fmt.Errorf("set PATH: %w", err)
+		return fmt.Errorf("add %s to PATH: %w", strings.Join(sbinDirs(), " and "), err)
 	}
+	// checkTools's error already says what it is about: "missing tools".
 	return checkTools(exec.LookPath)
 }
