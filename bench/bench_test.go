@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,8 +58,12 @@ func TestSchemaRejectsBadResults(t *testing.T) {
 		Machine:  Machine{Kernel: "6.18", CPUs: 2},
 		Topology: Topology{Kind: "dumbbell", Senders: 1, RateBps: 1e9, BufferBytes: 1 << 20},
 		Workload: Workload{DurationSeconds: 3, SampleMicros: 100, Seed: 1},
-		CCs: []CCResult{{CC: "cubic", KernelCCs: []string{"cubic"}, FCT: []FCTBucket{
-			{Bucket: "all", Count: 1, P50Us: 10, P99Us: 10, P999Us: 10}}}},
+		Repeat:   1, Order: [][]string{{"cubic"}},
+		CCs: []CCResult{{CC: "cubic", KernelCCs: []string{"cubic"},
+			Figures: map[string]Spread{"throughput_bps": {Median: 1e9, Min: 1e9, Max: 1e9, N: 1}},
+			FCT:     []PooledFCT{{Bucket: "all", Count: 20, P50Us: 10, TailP: 50, TailUs: 10}},
+			Runs: []RunResult{{KernelCCs: []string{"cubic"}, FCT: []FCTBucket{
+				{Bucket: "all", Count: 1, P50Us: 10, P99Us: 10, P999Us: 10}}}}}},
 	}
 	js, err := json.Marshal(good)
 	if err != nil {
@@ -73,12 +78,16 @@ func TestSchemaRejectsBadResults(t *testing.T) {
 		{"no ccs", func(m map[string]any) { delete(m, "ccs") }},
 		{"empty ccs", func(m map[string]any) { m["ccs"] = []any{} }},
 		{"unknown scenario", func(m map[string]any) { m["scenario"] = "bulk" }},
-		{"cc without throughput", func(m map[string]any) { delete(m["ccs"].([]any)[0].(map[string]any), "throughput_bps") }},
-		{"negative queue", func(m map[string]any) { m["ccs"].([]any)[0].(map[string]any)["queue_p99_bytes"] = -1 }},
-		{"unknown bucket", func(m map[string]any) {
-			m["ccs"].([]any)[0].(map[string]any)["fct"].([]any)[0].(map[string]any)["bucket"] = "huge"
+		{"no repeat", func(m map[string]any) { delete(m, "repeat") }},
+		{"cc without runs", func(m map[string]any) { delete(cc0(m), "runs") }},
+		{"run without throughput", func(m map[string]any) { delete(run0(m), "throughput_bps") }},
+		{"negative queue", func(m map[string]any) { run0(m)["queue_p99_bytes"] = -1 }},
+		{"unknown bucket", func(m map[string]any) { cc0(m)["fct"].([]any)[0].(map[string]any)["bucket"] = "huge" }},
+		{"unsupported tail percentile", func(m map[string]any) { cc0(m)["fct"].([]any)[0].(map[string]any)["tail_p"] = 97 }},
+		{"spread without median", func(m map[string]any) {
+			delete(cc0(m)["figures"].(map[string]any)["throughput_bps"].(map[string]any), "median")
 		}},
-		{"cpu over 1", func(m map[string]any) { m["ccs"].([]any)[0].(map[string]any)["cpu_busy"] = 1.5 }},
+		{"cpu over 1", func(m map[string]any) { run0(m)["cpu_busy"] = 1.5 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m map[string]any
@@ -95,6 +104,13 @@ func TestSchemaRejectsBadResults(t *testing.T) {
 	}
 }
 
+// cc0 and run0 are the first CC and its first run of a decoded
+// results.json.
+func cc0(m map[string]any) map[string]any { return m["ccs"].([]any)[0].(map[string]any) }
+func run0(m map[string]any) map[string]any {
+	return cc0(m)["runs"].([]any)[0].(map[string]any)
+}
+
 // TestConfigValidation checks the errors of bad configurations.
 func TestConfigValidation(t *testing.T) {
 	for _, tc := range []struct {
@@ -108,6 +124,8 @@ func TestConfigValidation(t *testing.T) {
 		{"short duration", Config{Scenario: ScenarioLongflow, Duration: time.Millisecond}, "duration"},
 		{"one fairness flow", Config{Scenario: ScenarioFairness, Flows: 1}, "fairness flows"},
 		{"fine sampling", Config{Scenario: ScenarioLongflow, SampleInterval: time.Microsecond}, "sample interval"},
+		{"too many repeats", Config{Scenario: ScenarioLongflow, Repeat: MaxRepeat + 1}, "repeat"},
+		{"negative repeats", Config{Scenario: ScenarioLongflow, Repeat: -1}, "repeat"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.withDefaults().validate()
@@ -139,9 +157,11 @@ func netnsWithPrefix(t *testing.T, prefix string) []string {
 }
 
 // TestQuickScenarios runs every scenario in --quick mode with every
-// default CC, as CI's smoke run, and checks that each CC moved traffic,
-// that results.json validates against the schema, that the plots exist,
-// and that nothing is left behind: no netns, no attached CC, no INT.
+// default CC, as CI's smoke run (longflow twice per CC, to cover repeats),
+// and checks that each CC moved traffic, that results.json validates
+// against the schema, that the plots exist, that the ECN probe found the
+// CCs that need ECN, and that nothing is left behind: no netns, no
+// attached CC, no INT.
 func TestQuickScenarios(t *testing.T) {
 	testutil.RequireRoot(t)
 	host := testutil.Host(t)
@@ -157,6 +177,9 @@ func TestQuickScenarios(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cfg := Config{Scenario: sc, Quick: true, Prefix: "cbt"}
+			if sc == ScenarioLongflow {
+				cfg.Repeat = 2
+			}
 			var progress bytes.Buffer
 			rep, err := Run(ctx, l, n, cfg, &progress)
 			t.Logf("progress:\n%s", progress.String())
@@ -187,15 +210,35 @@ func TestQuickScenarios(t *testing.T) {
 			if len(rep.Results.CCs) != len(DefaultCCs()) {
 				t.Fatalf("%d results for %d CCs", len(rep.Results.CCs), len(DefaultCCs()))
 			}
+			repeats := max(cfg.Repeat, 1)
+			if len(rep.Results.Order) != repeats || rep.Results.Order[0][0] != DefaultCCs()[0] ||
+				(repeats > 1 && rep.Results.Order[1][0] != DefaultCCs()[1]) {
+				t.Errorf("run order %v: want %d repeats, each rotated by one place", rep.Results.Order, repeats)
+			}
 			for _, c := range rep.Results.CCs {
-				if c.Utilization < 0.2 || c.FlowsFailed > 0 {
-					t.Errorf("%s: utilisation %.2f, %d of %d flows failed", c.CC, c.Utilization, c.FlowsFailed, c.Flows)
+				if len(c.Runs) != repeats {
+					t.Fatalf("%s: %d runs, want %d", c.CC, len(c.Runs), repeats)
+				}
+				for _, run := range c.Runs {
+					if run.Utilization < 0.2 || run.FlowsFailed > 0 {
+						t.Errorf("%s repeat %d: utilisation %.2f, %d of %d flows failed",
+							c.CC, run.Repeat, run.Utilization, run.FlowsFailed, run.Flows)
+					}
+					if sc == ScenarioFairness && run.Jain == nil {
+						t.Errorf("%s: no fairness index", c.CC)
+					}
+				}
+				if tp := c.Figures["throughput_bps"]; tp.N != repeats || tp.Min > tp.Median || tp.Median > tp.Max {
+					t.Errorf("%s: throughput spread %+v over %d runs", c.CC, tp, repeats)
 				}
 				if (sc == ScenarioIncast || sc == ScenarioWebsearch) && len(c.FCT) == 0 {
 					t.Errorf("%s: no FCTs", c.CC)
 				}
-				if sc == ScenarioFairness && c.Jain == nil {
-					t.Errorf("%s: no fairness index", c.CC)
+				if wantECN := c.CC == "bpf_dctcp"; c.ECN != wantECN {
+					t.Errorf("%s: the ECN probe says %v, want %v", c.CC, c.ECN, wantECN)
+				}
+				if c.CC == "bpf_dctcp" && !slices.Equal(c.KernelCCs, []string{"bpf_dctcp"}) {
+					t.Errorf("bpf_dctcp ran as %v: ECN was not negotiated", c.KernelCCs)
 				}
 			}
 		})

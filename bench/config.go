@@ -65,8 +65,14 @@ type Config struct {
 	Flows int
 	// SampleInterval is the queue sampling interval.
 	SampleInterval time.Duration
-	// Seed makes the websearch arrivals repeatable.
+	// Seed makes the workload repeatable: repeat i of a run uses Seed+i
+	// for every CC, so that each repeat is new traffic and every CC meets
+	// the same traffic in it.
 	Seed uint64
+	// Repeat is how many times every CC runs the scenario; the runs
+	// interleave (runOrder), and results report medians and spreads over
+	// them, with flow completion times pooled.
+	Repeat int
 	// Prefix is the netns name prefix of the topology.
 	Prefix string
 }
@@ -83,6 +89,8 @@ const (
 	DefaultFlows             = 4
 	DefaultSampleInterval    = 100 * time.Microsecond
 	DefaultSeed              = 1
+	// MaxRepeat bounds Config.Repeat.
+	MaxRepeat = 50
 )
 
 // DefaultCCs is the CC list of a run that names none.
@@ -148,6 +156,9 @@ func (c Config) withDefaults() Config {
 	if c.Seed == 0 {
 		c.Seed = DefaultSeed
 	}
+	if c.Repeat == 0 {
+		c.Repeat = 1
+	}
 	if c.Prefix == "" {
 		c.Prefix = "ccb"
 	}
@@ -185,6 +196,9 @@ func (c Config) validate() error {
 	}
 	if c.Flows < 2 || c.Flows > 16 {
 		errs = append(errs, fmt.Errorf("fairness flows %d: give 2 to 16", c.Flows))
+	}
+	if c.Repeat < 1 || c.Repeat > MaxRepeat {
+		errs = append(errs, fmt.Errorf("repeat %d: give 1 to %d", c.Repeat, MaxRepeat))
 	}
 	if c.SampleInterval < 50*time.Microsecond || c.SampleInterval > 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("sample interval %v: give 50us to 100ms", c.SampleInterval))

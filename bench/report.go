@@ -15,14 +15,21 @@ import (
 	"github.com/ccload/ccload/bench/stats"
 )
 
-// Table writes one row per CC with the scenario's main metrics.
+// Table writes one row per CC with the scenario's main figures. With
+// more than one repeat, each figure is the median over the runs, followed
+// by its range, min–max, in parentheses; flow completion times are
+// percentiles of the flows of all runs pooled.
 func (r *Report) Table(w io.Writer) error {
 	res := r.Results
-	fmt.Fprintf(w, "%s: %s bottleneck, %d KiB buffer, base RTT %.0fus, %v per CC, %s, kernel %s\n",
+	repeats := ""
+	if res.Repeat > 1 {
+		repeats = fmt.Sprintf(", %d repeats", res.Repeat)
+	}
+	fmt.Fprintf(w, "%s: %s bottleneck, %d KiB buffer, base RTT %.0fus, %v per CC%s, %s, kernel %s\n",
 		res.Scenario, formatRate(float64(res.Topology.RateBps)), res.Topology.BufferBytes>>10, res.Topology.BaseRTTMicros,
-		time.Duration(res.Workload.DurationSeconds*float64(time.Second)), workloadText(res.Workload), res.Machine.Kernel)
+		time.Duration(res.Workload.DurationSeconds*float64(time.Second)), repeats, workloadText(res.Workload), res.Machine.Kernel)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	head := []string{"cc", "ran as", "Mbit/s", "util", "queue p50", "p99", "max", "INT q p99", "drops", "retrans"}
+	head := []string{"cc", "ran as", "Mbit/s", "util %", "queue KB p50", "p99", "max", "INT q p99", "drops", "retrans"}
 	fctBuckets := r.fctColumns()
 	for _, b := range fctBuckets {
 		head = append(head, "FCT p99 "+b, "p99.9")
@@ -31,49 +38,92 @@ func (r *Report) Table(w io.Writer) error {
 		head = append(head, "jain", "conv max")
 	}
 	if res.Scenario == ScenarioIncast {
-		head = append(head, "drained", "drain RTTs p50", "p90", "util after p50")
+		head = append(head, "drained %", "drain RTTs p50", "p90", "util after p50 %")
 	}
-	head = append(head, "CC ns/run", "flows", "failed", "cpu")
+	head = append(head, "CC ns/ACK", "above floor", "INT sockops ns/ACK", "flows", "failed", "cpu %")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	undersized := false
 	for _, c := range res.CCs {
-		row := []string{c.CC, strings.Join(c.KernelCCs, ","), fmt.Sprintf("%.0f", c.ThroughputBps/1e6),
-			fmt.Sprintf("%.0f%%", c.Utilization*100), kb(c.QueueP50Bytes), kb(c.QueueP99Bytes), kb(c.QueueMaxBytes),
-			kb(c.INTQueueP99Bytes), fmt.Sprint(c.Drops), fmt.Sprint(c.Retransmits)}
+		f := func(name string, format func(float64) string) string { return figureCell(c, name, format) }
+		row := []string{c.CC, strings.Join(c.KernelCCs, ","), f("throughput_bps", scaled(1e-6, "%.0f")),
+			f("utilization", scaled(100, "%.0f")), f("queue_p50_bytes", kbf), f("queue_p99_bytes", kbf),
+			f("queue_max_bytes", kbf), f("int_queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")),
+			f("retransmits", scaled(1, "%.0f"))}
 		for _, b := range fctBuckets {
 			p99, p999 := "-", "-"
-			for _, f := range c.FCT {
-				if f.Bucket == b {
-					p99, p999 = us(f.P99Us), us(f.P999Us)
+			for _, x := range c.FCT {
+				if x.Bucket != b {
+					continue
+				}
+				switch {
+				case x.P99Us != nil:
+					p99 = us(*x.P99Us)
+				case x.TailP > 0:
+					p99, undersized = fmt.Sprintf("p%g=%s", x.TailP, us(x.TailUs)), true
+				}
+				if x.P999Us != nil {
+					p999 = us(*x.P999Us)
 				}
 			}
 			row = append(row, p99, p999)
 		}
 		if res.Scenario == ScenarioFairness {
-			jain, conv := "-", "-"
-			if c.Jain != nil {
-				jain = fmt.Sprintf("%.3f", *c.Jain)
-			}
-			if len(c.ConvergenceMillis) > 0 {
-				conv = convText(c.ConvergenceMillis)
-			}
-			row = append(row, jain, conv)
+			row = append(row, f("jain", scaled(1, "%.3f")), f("convergence_max_ms", scaled(1, "%.0fms")))
 		}
 		if res.Scenario == ScenarioIncast {
-			row = append(row, incastColumns(c.Incast)...)
+			row = append(row, f("incast_drained_fraction", scaled(100, "%.0f")), f("incast_drain_rtts_p50", scaled(1, "%.1f")),
+				f("incast_drain_rtts_p90", scaled(1, "%.1f")), f("incast_util_after_drain_p50", scaled(100, "%.0f")))
 		}
-		row = append(row, ccCost(c), fmt.Sprint(c.Flows), fmt.Sprint(c.FlowsFailed), fmt.Sprintf("%.0f%%", c.CPUBusy*100))
+		flows, failed := 0, 0
+		for _, run := range c.Runs {
+			flows += run.Flows
+			failed += run.FlowsFailed
+		}
+		row = append(row, f("cc_ns_per_run", scaled(1, "%.0f")), f("cc_ns_above_floor", scaled(1, "%.0f")),
+			f("sockops_ns_per_ack", scaled(1, "%.0f")), fmt.Sprint(flows), fmt.Sprint(failed), f("cpu_busy", scaled(100, "%.0f")))
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "queue: the bottleneck qdisc's backlog; INT q: the INT hop's model of it. FCT in us, by flow size.")
-	if res.Scenario == ScenarioIncast {
-		fmt.Fprintln(w, "drained: incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms before the next; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
+	if res.Repeat > 1 {
+		fmt.Fprintf(w, "Each figure: the median of %d runs per CC (min-max); the CCs' runs interleave, repeat i with workload seed %d+i.\n",
+			res.Repeat, res.Workload.Seed)
 	}
-	fmt.Fprintln(w, "CC ns/run: mean run time of the CC's busiest BPF program (one run per ACK). cpu: all CPUs, whole emulation.")
+	fmt.Fprintln(w, "queue: the bottleneck qdisc's backlog, KB; INT q: the INT hop's model of it.")
+	if len(fctBuckets) > 0 {
+		fmt.Fprintln(w, "FCT in us, by flow size, over the flows of all runs; flows: all runs' flows.")
+		if undersized {
+			fmt.Fprintln(w, "pNN=v: too few flows for p99 (it needs 1,000, p99.9 10,000); v is the highest percentile the flows support.")
+		}
+	}
+	if res.Scenario == ScenarioIncast {
+		fmt.Fprintln(w, "drained: share of incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms before the next; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
+	}
+	fmt.Fprintln(w, "CC ns/ACK: the CC's busiest BPF program's mean run time (one run per ACK), from the kernel's BPF statistics;")
+	fmt.Fprintln(w, "above floor: less a null CC's, measured in the same repeat; INT sockops ns/ACK: INT's sockops program per ACK of the CC. cpu: all CPUs, whole emulation.")
 	return nil
 }
+
+// figureCell formats figure name of c: the median, and with more than one
+// run its range; "-" when no run had it.
+func figureCell(c CCResult, name string, format func(float64) string) string {
+	s, ok := c.Figures[name]
+	if !ok {
+		return "-"
+	}
+	if s.N < 2 {
+		return format(s.Median)
+	}
+	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
+}
+
+// scaled formats v·k with format.
+func scaled(k float64, format string) func(float64) string {
+	return func(v float64) string { return fmt.Sprintf(format, v*k) }
+}
+
+func kbf(b float64) string { return fmt.Sprintf("%.0f", b/1e3) }
 
 // fctColumns are the FCT buckets worth a column in this scenario.
 func (r *Report) fctColumns() []string {
@@ -120,7 +170,6 @@ func workloadText(w Workload) string {
 	return "one long flow"
 }
 
-func kb(b float64) string { return fmt.Sprintf("%.0fKB", b/1e3) }
 func us(u float64) string { return fmt.Sprintf("%.0f", u) }
 func convText(ms []float64) string {
 	worst := 0.0
@@ -131,17 +180,6 @@ func convText(ms []float64) string {
 		worst = max(worst, m)
 	}
 	return fmt.Sprintf("%.0fms", worst)
-}
-
-// ccCost is the mean run time of the CC's busiest struct_ops program.
-func ccCost(c CCResult) string {
-	for _, p := range c.BPF {
-		if strings.HasPrefix(p.Program, "int_") {
-			continue
-		}
-		return fmt.Sprintf("%.0f", p.NsPerRun)
-	}
-	return "-"
 }
 
 // Write writes results.json and the plots into dir, creating it. It
@@ -167,7 +205,8 @@ func (r *Report) Write(dir string) ([]string, error) {
 	}
 	var errs []error
 	var queue, tput []plot.Series
-	for _, s := range r.series {
+	for _, runs := range r.series {
+		s := runs[0]
 		queue = append(queue, plot.Series{Label: s.cc, Points: toPlot(s.queue)})
 		tput = append(tput, plot.Series{Label: s.cc, Points: toPlot(s.throughput)})
 	}
@@ -188,7 +227,7 @@ func (r *Report) Write(dir string) ([]string, error) {
 			for i, b := range cols {
 				for _, f := range c.FCT {
 					if f.Bucket == b {
-						bs.Values[i] = f.P99Us / 1e3
+						bs.Values[i] = tailUs(f) / 1e3
 					}
 				}
 			}
@@ -201,7 +240,8 @@ func (r *Report) Write(dir string) ([]string, error) {
 		}
 	}
 	if r.Results.Scenario == ScenarioFairness {
-		for _, s := range r.series {
+		for _, runs := range r.series {
+			s := runs[0]
 			var flows []plot.Series
 			for i, f := range s.perFlow {
 				flows = append(flows, plot.Series{Label: fmt.Sprintf("flow %d", i+1), Points: toPlot(f)})
@@ -215,6 +255,15 @@ func (r *Report) Write(dir string) ([]string, error) {
 		}
 	}
 	return files, errors.Join(errs...)
+}
+
+// tailUs is a pooled bucket's p99, or the highest percentile it supports
+// when it is too small for p99.
+func tailUs(f PooledFCT) float64 {
+	if f.P99Us != nil {
+		return *f.P99Us
+	}
+	return f.TailUs
 }
 
 func toPlot(pts []stats.Point) []plot.Point {

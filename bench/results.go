@@ -7,7 +7,7 @@ import (
 
 // SchemaID names the version of results.json's layout; it changes when a
 // field changes meaning or goes away.
-const SchemaID = "https://ccload.dev/schema/bench-results/v1"
+const SchemaID = "https://ccload.dev/schema/bench-results/v2"
 
 // Schema is the JSON Schema (draft 2020-12) that results.json follows.
 //
@@ -33,7 +33,13 @@ type Results struct {
 	Topology Topology `json:"topology"`
 	// Workload describes the traffic.
 	Workload Workload `json:"workload"`
-	// CCs holds one entry per congestion control, in run order.
+	// Repeat is how many times every CC ran the scenario.
+	Repeat int `json:"repeat"`
+	// Order is the order the CCs ran in, per repeat: repeat i starts i
+	// places further down the list, so that no CC always runs first or
+	// right after the same neighbour.
+	Order [][]string `json:"order"`
+	// CCs holds one entry per congestion control, in the order of --cc.
 	CCs []CCResult `json:"ccs"`
 }
 
@@ -69,17 +75,71 @@ type Workload struct {
 	Seed            uint64  `json:"seed"`
 }
 
-// CCResult is one congestion control's measurements.
+// CCResult is one congestion control's measurements over every repeat.
 type CCResult struct {
 	// CC is the name the flows asked for; KernelCCs the names TCP_INFO's
-	// owner reported back (DCTCP hands a socket without ECN to reno).
+	// owner reported back, over all runs (DCTCP hands a socket without
+	// ECN to reno).
 	CC        string   `json:"cc"`
 	KernelCCs []string `json:"kernel_ccs"`
 	// Params are the parameters of a ccload CC as it ran (ccload attach
 	// --param); absent for the kernel's CCs.
 	Params map[string]string `json:"params,omitempty"`
-	// INT tells whether INT tagging was on for this CC's run.
+	// INT tells whether INT tagging was on for this CC's runs.
 	INT bool `json:"int"`
+	// ECN tells whether the CC asks for ECN by itself (TCP_CONG_NEEDS_ECN),
+	// as a probe connection found; the receiver then runs it too.
+	ECN bool `json:"ecn"`
+	// Figures holds, for every per-run figure (see Figures()), its median
+	// and spread over the runs, by name.
+	Figures map[string]Spread `json:"figures"`
+	// FCT has one entry per size bucket with at least one completed flow,
+	// over the flows of all runs pooled.
+	FCT []PooledFCT `json:"fct"`
+	// Runs holds each repeat's measurements, in repeat order.
+	Runs []RunResult `json:"runs"`
+}
+
+// Spread is one figure over the runs of a CC: its median, its extremes
+// and how many runs had it.
+type Spread struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+// PooledFCT is the flow completion times of one size bucket over the
+// flows of every run. A percentile p is reported only when the pooled
+// sample has at least 10/(1 − p/100) flows, so that at least ten flows lie
+// beyond it: 1,000 for p99 and 10,000 for p99.9 (SupportedPercentile).
+// Tail is the highest percentile the sample supports, for buckets too
+// small for p99.
+type PooledFCT struct {
+	Bucket string  `json:"bucket"`
+	Count  int     `json:"count"`
+	MeanUs float64 `json:"mean_us"`
+	P50Us  float64 `json:"p50_us"`
+	// P99Us and P999Us are absent when the sample is too small for them.
+	P99Us  *float64 `json:"p99_us,omitempty"`
+	P999Us *float64 `json:"p999_us,omitempty"`
+	// TailP is the highest of 50, 90, 95, 98, 99 and 99.9 that Count
+	// supports, and TailUs and TailSlowdown that percentile; TailP is 0
+	// when not even the median is supported.
+	TailP        float64 `json:"tail_p"`
+	TailUs       float64 `json:"tail_us"`
+	TailSlowdown float64 `json:"tail_slowdown"`
+	SlowdownP50  float64 `json:"slowdown_p50"`
+}
+
+// RunResult is one congestion control's measurements in one repeat.
+type RunResult struct {
+	// Repeat is the repeat's index, from 0, and Seed the workload seed it
+	// used (the same for every CC in that repeat).
+	Repeat int    `json:"repeat"`
+	Seed   uint64 `json:"seed"`
+	// KernelCCs are the names TCP_INFO's owner reported back.
+	KernelCCs []string `json:"kernel_ccs"`
 	// ThroughputBps is the rate the bottleneck sent at over the run,
 	// headers included, from the qdisc's byte counter.
 	ThroughputBps float64 `json:"throughput_bps"`
@@ -109,7 +169,8 @@ type CCResult struct {
 	Flows       int `json:"flows"`
 	FlowsFailed int `json:"flows_failed"`
 	// FCT has one entry per size bucket (<10KB, 10KB-1MB, >1MB, all) with
-	// at least one completed flow.
+	// at least one completed flow of this run. Its percentiles rest on
+	// this run's flows alone; CCResult.FCT pools the runs.
 	FCT []FCTBucket `json:"fct"`
 	// Jain is Jain's fairness index of the flows' throughput while all
 	// of them were active (fairness scenario); null elsewhere.
@@ -120,12 +181,20 @@ type CCResult struct {
 	ConvergenceMillis []float64 `json:"convergence_ms,omitempty"`
 	// BPF is the run-time cost of each BPF program that ran.
 	BPF []ProgramCost `json:"bpf,omitempty"`
+	// Cost is the per-ACK cost of the CC and of INT's sockops program,
+	// against the floor measured in the same repeat; absent without BPF
+	// statistics or for a kernel CC.
+	Cost *ACKCost `json:"cost,omitempty"`
 	// CPUBusy is the fraction of all CPUs busy over the run, from
 	// /proc/stat. Senders, router and receiver share this host, so it
 	// covers the whole emulated network.
 	CPUBusy float64 `json:"cpu_busy"`
 	// Incast is how the incasts' queues drained (incast scenario only).
 	Incast *IncastDrain `json:"incast,omitempty"`
+
+	// durationMs is the run's traffic time, for figures that count a
+	// never as the whole run.
+	durationMs float64
 }
 
 // IncastDrain summarises, over the incasts of a run, how each one's queue
@@ -164,10 +233,38 @@ type FCTBucket struct {
 	SlowdownP999 float64 `json:"slowdown_p999"`
 }
 
+// ACKCost is what each ACK cost a CC's run in BPF programs, from the
+// kernel's BPF statistics. Those statistics add a cost of their own to
+// every run of a program (two clock reads); the floor is that cost plus a
+// struct_ops call, measured in the same repeat on a null CC whose
+// callbacks return at once (bench/perack).
+type ACKCost struct {
+	// Program is the CC's busiest program, which runs once per ACK;
+	// ACKs is its run count and NsPerRun its mean run time.
+	Program  string  `json:"program"`
+	ACKs     uint64  `json:"acks"`
+	NsPerRun float64 `json:"ns_per_run"`
+	// FloorNsPerRun is the null CC's mean run time in this repeat, and
+	// NsAboveFloor NsPerRun less it; both absent when the floor could
+	// not be measured.
+	FloorNsPerRun *float64 `json:"floor_ns_per_run,omitempty"`
+	NsAboveFloor  *float64 `json:"ns_above_floor,omitempty"`
+	// SockopsRunsPerACK and SockopsNsPerACK are INT's sockops program's
+	// runs and run time per ACK of the CC, and SockopsNsPerACKAboveFloor
+	// the run time less the floor for each of its runs; absent when INT
+	// was off.
+	SockopsRunsPerACK         *float64 `json:"sockops_runs_per_ack,omitempty"`
+	SockopsNsPerACK           *float64 `json:"sockops_ns_per_ack,omitempty"`
+	SockopsNsPerACKAboveFloor *float64 `json:"sockops_ns_per_ack_above_floor,omitempty"`
+}
+
 // ProgramCost is one BPF program's run count and mean run time over a
 // run, from the kernel's BPF statistics (kernel.bpf_stats_enabled).
 type ProgramCost struct {
-	Program  string  `json:"program"`
+	Program string `json:"program"`
+	// Type is the program's type: struct_ops (a CC), sockops (INT
+	// tagging) or tc (the INT hop).
+	Type     string  `json:"type"`
 	Runs     uint64  `json:"runs"`
 	NsPerRun float64 `json:"ns_per_run"`
 }

@@ -26,10 +26,12 @@ type Report struct {
 	// Config is the configuration the run used, defaults filled in.
 	Config Config
 
-	series []ccSeries
+	// series holds each CC's time series, one per repeat, in the order
+	// of Config.CCs.
+	series [][]ccSeries
 }
 
-// ccSeries is one CC's time series, for the plots. Times are since the
+// ccSeries is one run's time series, for the plots. Times are since the
 // CC's traffic started.
 type ccSeries struct {
 	cc         string
@@ -51,6 +53,8 @@ type runner struct {
 	builtin  map[string]*loader.CC
 	// params holds the parameters of ccload's CCs as they ran, by name.
 	params map[string]map[string]string
+	// ecn tells, by CC name, whether the CC asks for ECN (probeECN).
+	ecn map[string]bool
 }
 
 func (r *runner) say(format string, args ...any) {
@@ -65,9 +69,11 @@ func intPeers() []netip.Prefix {
 	return []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("fd00::/8")}
 }
 
-// Run runs cfg's scenario once per CC, one CC after the other on one
-// topology, and returns the report. progress, if not nil, receives a line
-// per step and every few seconds while traffic runs.
+// Run runs cfg's scenario Repeat times per CC, the CCs one after the
+// other on one topology, and returns the report. Repeat i runs the CCs in
+// the order of cfg.CCs rotated by i places, with workload seed cfg.Seed+i
+// for all of them. progress, if not nil, receives a line per step and
+// every few seconds while traffic runs.
 //
 // It attaches ccload's built-in CCs that cfg names and are not attached
 // yet, and enables INT (for the testbed's prefixes) around the runs of CCs
@@ -78,7 +84,8 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
-	r := &runner{cfg: cfg, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{}, params: map[string]map[string]string{}}
+	r := &runner{cfg: cfg, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{},
+		params: map[string]map[string]string{}, ecn: map[string]bool{}}
 	for _, cc := range loader.Builtin() { // sorted by name
 		r.builtin[cc.Name] = cc
 	}
@@ -118,6 +125,11 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	if err := r.measureBaseRTT(ctx); err != nil {
 		return nil, err
 	}
+	for _, cc := range cfg.CCs {
+		if r.ecn[cc], err = r.probeECN(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
 
 	rep := &Report{Config: cfg, Results: Results{
 		Schema:   SchemaID,
@@ -129,16 +141,39 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 			ECNThresholdBytes: cfg.ECNThresholdBytes, ACKPadding: cfg.ACKPadding,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},
 		Workload: workloadOf(cfg),
+		Repeat:   cfg.Repeat,
 	}}
-	for i, cc := range cfg.CCs {
-		r.say("[%d/%d] %s: %s for %v", i+1, len(cfg.CCs), cc, cfg.Scenario, cfg.Duration)
-		res, s, err := r.runCC(ctx, cc, costs)
-		if err != nil {
-			return nil, fmt.Errorf("%s with %s: %w", cfg.Scenario, cc, err)
+	runs := make(map[string][]RunResult, len(cfg.CCs))
+	fcts := make(map[string][]stats.FCT, len(cfg.CCs))
+	intOn := map[string]bool{}
+	series := make(map[string][]ccSeries, len(cfg.CCs))
+	total := cfg.Repeat * len(cfg.CCs)
+	for i := range cfg.Repeat {
+		order := runOrder(cfg.CCs, i)
+		rep.Results.Order = append(rep.Results.Order, order)
+		seed := cfg.Seed + uint64(i)
+		floor := r.measureFloor(ctx, costs)
+		for j, cc := range order {
+			step := fmt.Sprintf("[%d/%d]", i*len(order)+j+1, total)
+			r.say("%s %s: %s for %v (repeat %d/%d, seed %d)", step, cc, cfg.Scenario, cfg.Duration, i+1, cfg.Repeat, seed)
+			out, err := r.runCC(ctx, cc, seed, costs)
+			if err != nil {
+				return nil, fmt.Errorf("%s with %s (repeat %d): %w", cfg.Scenario, cc, i+1, err)
+			}
+			out.res.Repeat = i
+			out.res.Cost = ackCost(out.res.BPF, floor)
+			runs[cc] = append(runs[cc], out.res)
+			fcts[cc] = append(fcts[cc], out.fcts...)
+			series[cc] = append(series[cc], out.series)
+			intOn[cc] = intOn[cc] || out.int
+			r.say("%s %s: %s", step, cc, summaryLine(out.res))
 		}
+	}
+	for _, cc := range cfg.CCs {
+		res := summarise(cc, runs[cc], fcts[cc], r.idealFCT)
+		res.Params, res.INT, res.ECN = r.params[cc], intOn[cc], r.ecn[cc]
 		rep.Results.CCs = append(rep.Results.CCs, res)
-		rep.series = append(rep.series, s)
-		r.say("[%d/%d] %s: %s", i+1, len(cfg.CCs), cc, summaryLine(res))
+		rep.series = append(rep.series, series[cc])
 	}
 	return rep, nil
 }
@@ -202,35 +237,22 @@ func (r *runner) measureBaseRTT(ctx context.Context) error {
 	return nil
 }
 
-// startSink starts the receiver for cc's run. A CC that needs ECN (DCTCP)
-// runs at the receiver too, as the netns default when the sink's listener
-// is created: the kernel grants ECN to an ECT-marked SYN only when the
-// listener's CC needs ECN, and DCTCP's receiver echoes CE precisely. The
-// returned function closes the sink and restores the default.
+// startSink starts the receiver for cc's run. A CC that asks for ECN
+// (probeECN), such as DCTCP, runs on the receiver's listener too: the
+// kernel grants ECN to an ECT-marked SYN when the listener's CC needs it,
+// and DCTCP's receiver echoes CE precisely. Other CCs' flows meet a reno
+// listener. The returned function closes the sink.
 func (r *runner) startSink(ctx context.Context, cc string) (func(), error) {
 	recvCC := "reno"
-	if b, ok := r.builtin[cc]; ok && b.NeedsECN {
+	if r.ecn[cc] {
 		recvCC = cc
 	}
-	setDefault := func(name string) error {
-		out, err := r.topo.Receiver.Command(ctx, "sysctl", "-qw", "net.ipv4.tcp_congestion_control="+name).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("set the receiver's CC to %s: %v: %s", name, err, out)
-		}
-		return nil
-	}
-	if err := setDefault(recvCC); err != nil {
-		return nil, err
-	}
-	sink, err := testbed.StartSink(r.topo.Receiver, netip.AddrPortFrom(r.topo.Receiver.Addr, 0))
+	sink, err := testbed.StartSinkCC(r.topo.Receiver, netip.AddrPortFrom(r.topo.Receiver.Addr, 0), recvCC)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("start the receiver with %s: %w", recvCC, err)
 	}
 	r.sink = sink
-	return func() {
-		sink.Close()
-		setDefault("reno")
-	}, nil
+	return func() { sink.Close() }, nil
 }
 
 // withINT enables INT around fn when cc uses it and INT is off; it
@@ -270,7 +292,7 @@ func workloadOf(c Config) Workload {
 	return w
 }
 
-func summaryLine(c CCResult) string {
+func summaryLine(c RunResult) string {
 	s := fmt.Sprintf("%.0f Mbit/s, queue p50 %.0f KB p99 %.0f KB", c.ThroughputBps/1e6, c.QueueP50Bytes/1e3, c.QueueP99Bytes/1e3)
 	for _, b := range c.FCT {
 		if b.Bucket == stats.BucketAll {

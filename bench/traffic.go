@@ -81,12 +81,12 @@ const drainGrace = 30 * time.Second
 
 // plan starts the scenario's flows for one CC. It returns how many flows
 // it started; the caller waits on set.
-func (r *runner) plan(ctx context.Context, cc string, t0 time.Time, set *flowSet) (int, error) {
+func (r *runner) plan(ctx context.Context, cc string, runSeed uint64, t0 time.Time, set *flowSet) (int, error) {
 	c := r.cfg
 	d := r.topo
 	timeout := c.Duration + drainGrace
 	target := r.sink.Addr
-	seed := func(i int) uint64 { return c.Seed*1_000_003 + uint64(i) }
+	seed := func(i int) uint64 { return runSeed*1_000_003 + uint64(i) }
 	switch c.Scenario {
 	case ScenarioLongflow:
 		set.start(ctx, t0, 0, d.Senders[0], 0, target, testbed.FlowConfig{
@@ -126,7 +126,7 @@ func (r *runner) plan(ctx context.Context, cc string, t0 time.Time, set *flowSet
 		}
 		arr, err := workload.Arrivals(workload.ArrivalConfig{
 			Load: c.Load, LinkBps: float64(c.RateBps), Sizes: sizes, Senders: len(d.Senders),
-			Duration: c.Duration, MaxFlows: maxWebsearchFlows, Seed: c.Seed,
+			Duration: c.Duration, MaxFlows: maxWebsearchFlows, Seed: runSeed,
 		})
 		if err != nil {
 			return 0, fmt.Errorf("websearch arrivals: %w", err)

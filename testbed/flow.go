@@ -256,20 +256,7 @@ func dialCC(ctx context.Context, host *Host, dst netip.AddrPort, cc string) (*ne
 	if dst.Addr().Is6() {
 		network = "tcp6"
 	}
-	dialer := net.Dialer{
-		Control: func(_, _ string, raw syscall.RawConn) error {
-			if cc == "" {
-				return nil
-			}
-			return controlErr(raw, func(fd int) error {
-				err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-				if err != nil {
-					return fmt.Errorf("set congestion control %q: %w", cc, err)
-				}
-				return nil
-			})
-		},
-	}
+	dialer := net.Dialer{Control: setCC(cc)}
 
 	var conn net.Conn
 	err := host.Do(func() error {
@@ -283,6 +270,22 @@ func dialCC(ctx context.Context, host *Host, dst netip.AddrPort, cc string) (*ne
 		return nil, fmt.Errorf("connect from netns %s: %w", host.Name, err)
 	}
 	return conn.(*net.TCPConn), nil
+}
+
+// setCC returns a socket control function that sets congestion control cc
+// before bind or connect, or does nothing when cc is "".
+func setCC(cc string) func(_, _ string, raw syscall.RawConn) error {
+	return func(_, _ string, raw syscall.RawConn) error {
+		if cc == "" {
+			return nil
+		}
+		return controlErr(raw, func(fd int) error {
+			if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc); err != nil {
+				return fmt.Errorf("set congestion control %q: %w", cc, err)
+			}
+			return nil
+		})
+	}
 }
 
 // writeFlow writes the header and the payload pattern of a flow of

@@ -78,6 +78,17 @@ type Sink struct {
 // An unspecified address ("0.0.0.0", "::") listens on all of the host's
 // addresses; "::" accepts IPv4 as well.
 func StartSink(host *Host, addr netip.AddrPort) (*Sink, error) {
+	return StartSinkCC(host, addr, "")
+}
+
+// StartSinkCC is StartSink with congestion control cc set on the listening
+// socket (none when cc is ""), so that accepted connections run it. That
+// matters for a CC that needs ECN, such as DCTCP: the kernel grants ECN to
+// an ECT-marked SYN when the listener's CC needs it, whatever the netns's
+// net.ipv4.tcp_ecn says. Setting the CC on the socket, unlike the netns
+// default, also works for CCs without TCP_CONG_NON_RESTRICTED, such as the
+// kernel's dctcp, in a netns other than the initial one.
+func StartSinkCC(host *Host, addr netip.AddrPort, cc string) (*Sink, error) {
 	if !addr.IsValid() {
 		return nil, fmt.Errorf("start sink in netns %s: invalid address %v", host.Name, addr)
 	}
@@ -93,7 +104,7 @@ func StartSink(host *Host, addr netip.AddrPort) (*Sink, error) {
 	var ln net.Listener
 	err := host.Do(func() error {
 		var err error
-		ln, err = (&net.ListenConfig{}).Listen(context.Background(), network, addr.String())
+		ln, err = (&net.ListenConfig{Control: setCC(cc)}).Listen(context.Background(), network, addr.String())
 		return err
 	})
 	if err != nil {

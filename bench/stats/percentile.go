@@ -98,3 +98,27 @@ func mean(xs []float64) float64 {
 	}
 	return sum / float64(len(xs))
 }
+
+// TailPercentiles are the percentiles SupportedPercentile chooses from,
+// in ascending order.
+func TailPercentiles() []float64 { return []float64{50, 90, 95, 98, 99, 99.9} }
+
+// Supports reports whether n samples support the p-th percentile: whether
+// at least ten samples lie at or beyond it, n·(1 − p/100) ≥ 10. Beyond that
+// rule a "p99.9" of a few hundred samples is just their maximum. p99 needs
+// 1,000 samples and p99.9 10,000.
+func Supports(n int, p float64) bool {
+	return float64(n)*(100-p) >= 1000-rankSlack
+}
+
+// SupportedPercentile is the highest of TailPercentiles that n samples
+// support, or 0 when they support none (fewer than 20 samples).
+func SupportedPercentile(n int) float64 {
+	best := 0.0
+	for _, p := range TailPercentiles() {
+		if Supports(n, p) {
+			best = p
+		}
+	}
+	return best
+}

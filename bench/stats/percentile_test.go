@@ -117,3 +117,20 @@ func TestSummary(t *testing.T) {
 		})
 	}
 }
+
+func TestSupportedPercentile(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want float64
+	}{
+		{0, 0}, {19, 0}, {20, 50}, {99, 50}, {100, 90}, {199, 90}, {200, 95}, {500, 98},
+		{615, 98}, {999, 98}, {1000, 99}, {9999, 99}, {10000, 99.9}, {1 << 20, 99.9},
+	} {
+		if got := SupportedPercentile(tc.n); got != tc.want {
+			t.Errorf("SupportedPercentile(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+	if Supports(999, 99) || !Supports(1000, 99) || Supports(9999, 99.9) || !Supports(10000, 99.9) {
+		t.Error("Supports: p99 needs 1,000 samples and p99.9 10,000")
+	}
+}

@@ -24,8 +24,8 @@ func newBenchCmd(a *app) *cobra.Command {
 		Long: `Build an emulated datacenter bottleneck out of network namespaces
 (senders -> router -> receiver, the router shaping to --rate with an htb
 queue of --buffer bytes and an INT hop on its egress), then run the
-scenario's traffic once per CC in --cc, one after the other, on the same
-topology, and measure:
+scenario's traffic with each CC in --cc, one after the other, on the same
+topology, --repeat times, and measure:
 
   - throughput and utilisation at the bottleneck,
   - the bottleneck queue (qdisc backlog sampled every 100us, and the INT
@@ -33,8 +33,17 @@ topology, and measure:
   - flow completion times (p50, p99, p99.9) and slowdown by size bucket
     (<10KB, 10KB-1MB, >1MB),
   - Jain's fairness and convergence time (fairness scenario),
-  - the run time per call of each BPF program (kernel BPF statistics)
-    and the CPUs' busy share.
+  - what each ACK costs the CC's BPF program and INT's sockops program
+    (kernel BPF statistics), above a floor measured on a null CC in the
+    same repeat, and the CPUs' busy share.
+
+One run per CC cannot rank CCs on a busy machine. With --repeat N, every
+CC runs N times: the runs interleave (repeat i starts i places down the
+--cc list) and repeat i uses workload seed --seed+i for every CC. The table
+shows each figure's median and its range (min-max) over the runs; flow
+completion times are percentiles over the flows of all runs pooled, and a
+percentile is shown only when enough flows support it (p99 needs 1,000,
+p99.9 10,000); otherwise the table shows the highest percentile they do.
 
 Scenarios:
   longflow   one long flow for --duration
@@ -55,6 +64,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 --schema') and PNG plots of the queue, the throughput and the FCTs.
 --quick shortens each scenario to a few seconds, for smoke tests.`,
 		Example: `  ccload bench --scenario incast
+  ccload bench --scenario incast --cc cubic,powertcp,hpcc --repeat 5
   ccload bench --scenario websearch --cc cubic,bbr,bpf_dctcp,theta_powertcp,powertcp,hpcc --load 0.6 --duration 20s --out results/
   ccload bench --scenario all --quick --out /tmp/smoke
   ccload bench --schema > results.schema.json`,
@@ -114,7 +124,8 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.StringVar(&sizes.IncastSize, "incast-size", "64KiB", "incast: bytes each incast sender sends")
 	f.IntVar(&cfg.Senders, "senders", 0, "websearch: sender hosts (default 8; 4 with --quick)")
 	f.IntVar(&cfg.Flows, "flows", bench.DefaultFlows, "fairness: flows that join and leave")
-	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "websearch: seed of the arrivals")
+	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "workload seed of the first repeat; repeat i uses seed+i")
+	f.IntVar(&cfg.Repeat, "repeat", 1, fmt.Sprintf("runs per CC, interleaved, reported as median and range (1 to %d)", bench.MaxRepeat))
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "queue sampling interval")
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
 	f.Bool("schema", false, "print the JSON Schema of results.json and exit")
