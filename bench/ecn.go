@@ -15,15 +15,21 @@ import (
 // negotiated ECN (include/uapi/linux/tcp.h).
 const tcpiOptECN = 0x8
 
-// probeECN reports whether cc asks for ECN by itself, as a CC with
-// TCP_CONG_NEEDS_ECN (DCTCP) does: it connects inside the receiver's netns
-// from a socket running cc to a listener running cc, and reads from
-// TCP_INFO whether ECN was negotiated. With net.ipv4.tcp_ecn at 2, the
-// kernel's default, a socket asks for ECN only when its CC needs it, so
-// the answer comes from the CC's flags, for ccload's CCs and the kernel's
-// alike; the probe sets the sysctl to 2 while it runs if it is not.
+// probeECN reports whether cc asks for ECN by itself; see ProbeECN. It
+// probes in the receiver's netns.
 func (r *runner) probeECN(ctx context.Context, cc string) (bool, error) {
-	h := r.topo.Receiver
+	return ProbeECN(ctx, r.topo.Receiver, cc)
+}
+
+// ProbeECN reports whether congestion control cc asks for ECN by itself,
+// as a CC with TCP_CONG_NEEDS_ECN (DCTCP) does. The kernel exposes no CC's
+// flags, so ProbeECN connects inside h's netns, over h's own address, from
+// a socket running cc to a listener running cc, and reads from TCP_INFO
+// whether ECN was negotiated. With net.ipv4.tcp_ecn at 2, the kernel's
+// default, a socket asks for ECN only when its CC needs it, so the answer
+// comes from the CC's flags, for ccload's CCs and the kernel's alike; the
+// probe sets the sysctl to 2 in h's netns while it runs if it is not.
+func ProbeECN(ctx context.Context, h *testbed.Host, cc string) (bool, error) {
 	const ecnSysctl = "/proc/sys/net/ipv4/tcp_ecn"
 	var was string
 	if err := h.Do(func() error {

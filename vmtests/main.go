@@ -48,6 +48,7 @@ func guestPackages() []testPackage {
 			"TestDCTCPMatchesKernel",
 		}, "|") + ")$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
+		{name: "bench", path: "bench", tests: "^TestProbeECN$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
 			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
 			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
