@@ -115,7 +115,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	if (!st || !st->echo_hops) {
 		/* No telemetry on this path: act as θ-PowerTCP. */
 		stat_add(&stats, STAT_NO_INT_ACKS, 1);
-		theta_on_ack(sk, rs);
+		theta_ack(sk, ca, p, rs);
 		return;
 	}
 
@@ -143,7 +143,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	 * about τ later, and remembering cwnd_old every RTT would compound
 	 * cwnd_old/Γ several times on the same stale Γ and oscillate.
 	 */
-	power_update_window(sk, ca, p, rs);
+	power_update_window(sk, ca, p, rs, tau);
 	TRACE_ACK(sk, ca->cwnd, ca->power, int_max_qlen(st), rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_INT);
 	elapsed = (__u32)tp->tcp_mstamp - ca->old_stamp_us;
 	if (elapsed >= tau && (!seq_before(tp->snd_una, ca->last_update_seq) ||
@@ -151,6 +151,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 		ca->cwnd_old = ca->cwnd;
 		ca->last_update_seq = tp->snd_nxt;
 		ca->old_stamp_us = (__u32)tp->tcp_mstamp;
+		power_hist_record(sk, ca, rs);
 	}
 }
 

@@ -210,7 +210,7 @@ func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, v
 		ops.Flags &^= unix.BPF_F_LINK
 	}
 	// Parameters go in at map creation, so no socket ever sees zeros.
-	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params)
+	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params, cc.derived)
 	if err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func readParams(cc *CC, m *ebpf.Map) (map[string]uint64, *paramLayout, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params)
+	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params, cc.derived)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -155,19 +155,22 @@ func ParseAssignments(items []string) (map[string]string, error) {
 // object's BTF, so the Go side never hard-codes offsets.
 type paramLayout struct {
 	size   uint32
-	fields map[string]fieldLoc
+	fields map[string]fieldLoc // by parameter name
+	// derived are the members that CC.derived fills, by C name.
+	derived map[string]fieldLoc
+	derive  func(map[string]uint64) map[string]uint64
 }
 
 type fieldLoc struct {
 	off, size uint32
 }
 
-func newParamLayout(value btf.Type, specs []ParamSpec) (*paramLayout, error) {
+func newParamLayout(value btf.Type, specs []ParamSpec, derive func(map[string]uint64) map[string]uint64) (*paramLayout, error) {
 	st, ok := btf.As[*btf.Struct](value)
 	if !ok {
 		return nil, fmt.Errorf("params map value is %T, not a struct", value)
 	}
-	l := &paramLayout{size: st.Size, fields: map[string]fieldLoc{}}
+	l := &paramLayout{size: st.Size, fields: map[string]fieldLoc{}, derived: map[string]fieldLoc{}, derive: derive}
 	for _, p := range specs {
 		found := false
 		for _, m := range st.Members {
@@ -186,6 +189,18 @@ func newParamLayout(value btf.Type, specs []ParamSpec) (*paramLayout, error) {
 		}
 		if !found {
 			return nil, fmt.Errorf("parameter %s: struct %s has no member %s", p.Name, st.Name, p.Field)
+		}
+	}
+	if derive != nil {
+		for name := range derive(map[string]uint64{}) {
+			i := slices.IndexFunc(st.Members, func(m btf.Member) bool { return m.Name == name })
+			if i < 0 {
+				return nil, fmt.Errorf("derived parameter: struct %s has no member %s", st.Name, name)
+			}
+			if sz, err := btf.Sizeof(st.Members[i].Type); err != nil || sz != 8 {
+				return nil, fmt.Errorf("derived parameter %s.%s must be 8 bytes (%d, %v)", st.Name, name, sz, err)
+			}
+			l.derived[name] = fieldLoc{off: st.Members[i].Offset.Bytes(), size: 8}
 		}
 	}
 	return l, nil
@@ -212,12 +227,18 @@ func (l *paramLayout) put(buf []byte, name string, v uint64) error {
 	return nil
 }
 
-// encode lays stored values out as the BPF params struct.
+// encode lays stored values out as the BPF params struct, with the
+// members derived from them.
 func (l *paramLayout) encode(vals map[string]uint64) ([]byte, error) {
 	buf := make([]byte, l.size)
 	for name, v := range vals {
 		if err := l.put(buf, name, v); err != nil {
 			return nil, err
+		}
+	}
+	if l.derive != nil {
+		for name, v := range l.derive(vals) {
+			binary.NativeEndian.PutUint64(buf[l.derived[name].off:], v)
 		}
 	}
 	return buf, nil

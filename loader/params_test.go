@@ -194,7 +194,7 @@ func TestParamLayoutMatchesBTF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params)
+		l, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params, cc.derived)
 		if err != nil {
 			t.Fatalf("%s: %v", cc.Name, err)
 		}
@@ -313,5 +313,31 @@ func TestDecodeTraceEvent(t *testing.T) {
 	}
 	if _, err := decodeTraceEvent(raw[:10], boot); err == nil {
 		t.Error("a short record decoded without an error")
+	}
+}
+
+// TestDerivePower checks the values the loader precomputes for PowerTCP's
+// per-ACK path against the quantities they stand for.
+func TestDerivePower(t *testing.T) {
+	for _, tc := range []struct {
+		bw, flows        uint64
+		bdp500us         uint64 // host_bw·500µs, bytes
+		beta500us        uint64 // host_bw·500µs/flows, bytes
+		burst64KiBMicros uint64 // a 64 KiB burst at host_bw, µs
+	}{
+		{1_000_000_000, 10, 62_500, 6_250, 524},
+		{10_000_000_000, 10, 625_000, 62_500, 52},
+		{100_000_000_000, 1, 6_250_000, 6_250_000, 5},
+		{1_000_000, 1, 62, 62, 524_288},
+		{1_600_000_000_000, 1 << 20, 100_000_000, 95, 0},
+	} {
+		d := derivePower(map[string]uint64{"host_bw": tc.bw, "expected_flows": tc.flows})
+		bdp := d["host_Bpus_fp"] * 500 >> 16
+		beta := d["beta_Bpus_fp"] * 500 >> 16
+		burst := (64 << 10) * d["us_per_B_recip"] >> recipShift
+		if bdp != tc.bdp500us || beta != tc.beta500us || burst != tc.burst64KiBMicros {
+			t.Errorf("host_bw %d, %d flows: BDP %d B, β %d B, burst %d µs; want %d, %d, %d",
+				tc.bw, tc.flows, bdp, beta, burst, tc.bdp500us, tc.beta500us, tc.burst64KiBMicros)
+		}
 	}
 }

@@ -19,6 +19,7 @@ const (
 	powertcpMapEvents                     = "events"
 	powertcpMapIntStore                   = "int_store"
 	powertcpMapParams                     = "params"
+	powertcpMapPowerHist                  = "power_hist"
 	powertcpMapPowertcp                   = "powertcp"
 	powertcpMapStats                      = "stats"
 	powertcpMapTraceOn                    = "trace_on"
@@ -87,12 +88,13 @@ type powertcpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type powertcpMapSpecs struct {
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	IntStore *ebpf.MapSpec `ebpf:"int_store"`
-	Params   *ebpf.MapSpec `ebpf:"params"`
-	Powertcp *ebpf.MapSpec `ebpf:"powertcp"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
-	TraceOn  *ebpf.MapSpec `ebpf:"trace_on"`
+	Events    *ebpf.MapSpec `ebpf:"events"`
+	IntStore  *ebpf.MapSpec `ebpf:"int_store"`
+	Params    *ebpf.MapSpec `ebpf:"params"`
+	PowerHist *ebpf.MapSpec `ebpf:"power_hist"`
+	Powertcp  *ebpf.MapSpec `ebpf:"powertcp"`
+	Stats     *ebpf.MapSpec `ebpf:"stats"`
+	TraceOn   *ebpf.MapSpec `ebpf:"trace_on"`
 }
 
 // powertcpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -122,12 +124,13 @@ func (o *powertcpObjects) Close() error {
 //
 // It can be passed to loadPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type powertcpMaps struct {
-	Events   *ebpf.Map `ebpf:"events"`
-	IntStore *ebpf.Map `ebpf:"int_store"`
-	Params   *ebpf.Map `ebpf:"params"`
-	Powertcp *ebpf.Map `ebpf:"powertcp"`
-	Stats    *ebpf.Map `ebpf:"stats"`
-	TraceOn  *ebpf.Map `ebpf:"trace_on"`
+	Events    *ebpf.Map `ebpf:"events"`
+	IntStore  *ebpf.Map `ebpf:"int_store"`
+	Params    *ebpf.Map `ebpf:"params"`
+	PowerHist *ebpf.Map `ebpf:"power_hist"`
+	Powertcp  *ebpf.Map `ebpf:"powertcp"`
+	Stats     *ebpf.Map `ebpf:"stats"`
+	TraceOn   *ebpf.Map `ebpf:"trace_on"`
 }
 
 func (m *powertcpMaps) Close() error {
@@ -135,6 +138,7 @@ func (m *powertcpMaps) Close() error {
 		m.Events,
 		m.IntStore,
 		m.Params,
+		m.PowerHist,
 		m.Powertcp,
 		m.Stats,
 		m.TraceOn,

@@ -26,6 +26,10 @@ type CC struct {
 
 	load   func() (*ebpf.CollectionSpec, error)
 	opsMap string // the struct_ops map's name in the object (bpf2go's constant)
+	// derived computes, from the parameters' stored values, the params
+	// struct's other members by their C names: values the BPF code would
+	// otherwise compute on every ACK. Nil for a CC without any.
+	derived func(vals map[string]uint64) map[string]uint64
 }
 
 // The maps every CC object has, under the same names (CCLOAD_STATS_MAP and
@@ -51,7 +55,10 @@ func (c *CC) Param(name string) (ParamSpec, bool) {
 	return ParamSpec{}, false
 }
 
-const fpOne = 1 << 16 // FP_ONE in bpf/include/ccload.h
+const (
+	fpOne      = 1 << 16 // FP_ONE in bpf/include/ccload.h
+	recipShift = 32      // RECIP_SHIFT in bpf/include/ccload.h
+)
 
 // Builtin returns the congestion controls compiled into this binary,
 // sorted by name. Each call returns fresh values.
@@ -63,6 +70,7 @@ func Builtin() []*CC {
 			Params:  powerParams(),
 			load:    loadThetaPowertcp,
 			opsMap:  thetaPowertcpMapThetaPowertcp,
+			derived: derivePower,
 		},
 		{
 			Name:    "powertcp",
@@ -71,6 +79,7 @@ func Builtin() []*CC {
 			UsesINT: true,
 			load:    loadPowertcp,
 			opsMap:  powertcpMapPowertcp,
+			derived: derivePower,
 		},
 		{
 			Name:    "hpcc",
@@ -121,6 +130,22 @@ func powerParams() []ParamSpec {
 		{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
 			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows",
 			Doc: "additive increase β per RTT"},
+	}
+}
+
+// derivePower computes the derived members of struct power_params in
+// bpf/include/power.h from host_bw and expected_flows: host_bw in bytes per
+// µs and host_bw/expected_flows in bytes per µs (both FP_ONE scale), and
+// µs per byte at host_bw (RECIP_ONE scale). host_bw is at most 1.6 Tbit/s
+// and at least 1 Mbit/s (hostBWParam), so none of them overflows.
+func derivePower(vals map[string]uint64) map[string]uint64 {
+	bw := max(vals["host_bw"], 1)
+	flows := max(vals["expected_flows"], 1)
+	hostBpusFP := bw * fpOne / 8 / 1_000_000
+	return map[string]uint64{
+		"host_Bpus_fp":   hostBpusFP,
+		"beta_Bpus_fp":   hostBpusFP / flows,
+		"us_per_B_recip": (8_000_000 << recipShift) / bw,
 	}
 }
 

@@ -21,6 +21,7 @@ var statNames = [...]string{
 	"fallbacks",
 	"int_samples",
 	"no_int_acks",
+	"hist_starts",
 }
 
 // Stats are a CC's counters, summed over CPUs, keyed by name.

@@ -35,6 +35,7 @@ type thetaPowertcpCcTraceEvent struct {
 const (
 	thetaPowertcpMapEvents                          = "events"
 	thetaPowertcpMapParams                          = "params"
+	thetaPowertcpMapPowerHist                       = "power_hist"
 	thetaPowertcpMapStats                           = "stats"
 	thetaPowertcpMapThetaPowertcp                   = "theta_powertcp"
 	thetaPowertcpMapTraceOn                         = "trace_on"
@@ -105,6 +106,7 @@ type thetaPowertcpProgramSpecs struct {
 type thetaPowertcpMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	Params        *ebpf.MapSpec `ebpf:"params"`
+	PowerHist     *ebpf.MapSpec `ebpf:"power_hist"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	ThetaPowertcp *ebpf.MapSpec `ebpf:"theta_powertcp"`
 	TraceOn       *ebpf.MapSpec `ebpf:"trace_on"`
@@ -139,6 +141,7 @@ func (o *thetaPowertcpObjects) Close() error {
 type thetaPowertcpMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	Params        *ebpf.Map `ebpf:"params"`
+	PowerHist     *ebpf.Map `ebpf:"power_hist"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	ThetaPowertcp *ebpf.Map `ebpf:"theta_powertcp"`
 	TraceOn       *ebpf.Map `ebpf:"trace_on"`
@@ -148,6 +151,7 @@ func (m *thetaPowertcpMaps) Close() error {
 	return _ThetaPowertcpClose(
 		m.Events,
 		m.Params,
+		m.PowerHist,
 		m.Stats,
 		m.ThetaPowertcp,
 		m.TraceOn,

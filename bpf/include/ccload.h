@@ -16,6 +16,9 @@
  *   DCTCP_ALPHA_ONE      DCTCP's alpha, 1.0 == 1024, the scale the
  *   (2^10)               kernel's own tcp_dctcp uses, so the arithmetic
  *                        (and its rounding) matches it exactly.
+ *   RECIP_ONE (2^32)     reciprocals the loader precomputes, so that the
+ *                        per-ACK path multiplies instead of dividing
+ *                        (struct power_params: µs per byte at host_bw).
  *
  * Units that are plain integers, not scaled:
  *   time                 microseconds (us), as in tcp_sock->tcp_mstamp
@@ -37,6 +40,9 @@
 #define FP_SHIFT 16
 #define FP_ONE (1ULL << FP_SHIFT)
 
+#define RECIP_SHIFT 32
+#define RECIP_ONE (1ULL << RECIP_SHIFT)
+
 #define DCTCP_ALPHA_SHIFT 10
 #define DCTCP_ALPHA_ONE (1U << DCTCP_ALPHA_SHIFT)
 
@@ -53,6 +59,8 @@
 #define SOL_TCP 6
 #define TCP_CONGESTION 13
 #define TCP_INFINITE_SSTHRESH 0x7fffffff
+#define AF_INET 2
+#define AF_INET6 10
 
 /*
  * Every ccload CC sets TCP_CONG_NON_RESTRICTED: without it, selecting the
@@ -77,6 +85,7 @@ enum ccload_stat {
 	STAT_FALLBACKS,		/* sockets handed to the fallback CC (DCTCP) */
 	STAT_INT_SAMPLES,	/* ACKs that brought new INT records (PowerTCP, HPCC) */
 	STAT_NO_INT_ACKS,	/* ACKs handled without INT: θ mode (PowerTCP) */
+	STAT_HIST_STARTS,	/* flows that started from a recent flow's rate (PowerTCP) */
 	STAT_MAX,
 };
 

@@ -21,6 +21,14 @@ struct power_params {
 	__u32 base_rtt_us;	/* τ; 0 = track the flow's minimum RTT */
 	__u32 expected_flows;	/* N in β = host_bw·τ/N */
 	__u32 beta_bytes;	/* β override in bytes; 0 = host_bw·τ/N */
+	/*
+	 * Derived by the loader from the fields above on every write
+	 * (loader.derivePower), so that the per-ACK path multiplies where it
+	 * would divide. Scales: FP_ONE and RECIP_ONE, see ccload.h.
+	 */
+	__u64 host_Bpus_fp;	/* host_bw in bytes per µs, FP_ONE scale */
+	__u64 beta_Bpus_fp;	/* host_bw/expected_flows in bytes per µs, FP_ONE scale */
+	__u64 us_per_B_recip;	/* µs per byte at host_bw, RECIP_ONE scale */
 };
 
 struct {
@@ -32,6 +40,39 @@ struct {
 
 CCLOAD_STATS_MAP;
 CCLOAD_TRACE_MAPS;
+
+/*
+ * What recent flows from one network namespace to one destination learned,
+ * like the kernel's tcp_metrics: the delivery rate of their last round and
+ * the least base RTT they tracked. A new flow to the same destination from
+ * the same netns starts from that rate rather than at line rate, and from
+ * that base RTT rather than from its own handshake's, which a queue may
+ * have inflated (power_init); where nothing recent is known it starts at
+ * line rate, as the paper's flows do. The netns is part of the
+ * key so that the netns hosts of one kernel (a testbed, or pods) don't
+ * share a history that separate hosts wouldn't have.
+ */
+struct power_hist_key {
+	__u64 netns;		/* the sender's netns cookie */
+	__u32 daddr[4];		/* destination; IPv4 as ::ffff:a.b.c.d */
+};
+
+struct power_hist {
+	__u64 rate_Bps;		/* delivery rate of the last round, bytes/s */
+	__u64 stamp_ns;		/* when it was measured, bpf_ktime_get_ns() */
+	__u32 min_rtt_us;	/* the least base RTT recent flows tracked; 0 = none */
+	__u32 pad;
+};
+
+/* Entries older than this are ignored: the path may have changed since. */
+#define POWER_HIST_MAX_AGE_NS (500ULL * 1000 * 1000)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct power_hist_key);
+	__type(value, struct power_hist);
+} power_hist SEC(".maps");
 
 /* Used until a flow has an RTT sample and no base_rtt is configured. */
 #define POWER_FALLBACK_RTT_US 100
@@ -51,18 +92,22 @@ CCLOAD_TRACE_MAPS;
 
 /* Per-socket state in icsk_ca_priv (CCLOAD_CA_FITS checks that it fits). */
 struct power_ca {
-	__u64 cwnd;		/* current window, bytes */
-	__u64 cwnd_old;		/* window set at the previous update, bytes */
+	__u32 cwnd;		/* current window, bytes */
+	__u32 cwnd_old;		/* window set at the previous update, bytes */
 	__s64 power;		/* smoothed normalised power Γ, FP_ONE */
-	__u64 prev_ack_us;	/* time of the previous RTT sample */
-	__u32 prev_rtt_us;	/* the previous RTT sample */
+	__u32 prev_ack_us;	/* θ: time of the previous power update
+				 * (tcp_mstamp, low 32 bits) */
+	__u32 prev_rtt_us;	/* θ: mean RTT of the round before it */
 	__u32 min_rtt_us;	/* minimum srtt seen; 0 = none yet */
 	__u32 last_update_seq;	/* θ: snd_nxt at the previous window update;
 				 * INT: snd_nxt when cwnd_old was remembered */
 	__u32 flags;
+	__u32 rtt_sum_us;	/* θ: sum of this round's RTT samples */
+	__u32 rtt_n;		/* θ: how many there were */
 	/* PowerTCP (INT) only. */
 	struct int_prev prev;	/* the previous echo */
 	__u32 old_stamp_us;	/* when cwnd_old was remembered (tcp_mstamp, low bits) */
+	__u32 hist_us;		/* when power_hist_record last wrote (tcp_mstamp, low bits) */
 };
 CCLOAD_CA_FITS(struct power_ca);
 
@@ -74,11 +119,20 @@ static __always_inline struct power_params *power_params(void)
 }
 
 
-/* The floor of a tracked τ: one GSO burst at host_bw (cc_gso_burst_us). */
+/*
+ * The floor of a tracked τ: the time one GSO burst takes at host_bw (see
+ * cc_gso_burst_us, which divides where this multiplies).
+ */
 static __always_inline __u32 power_burst_us(const struct sock *sk,
 					    const struct power_params *p)
 {
-	return cc_gso_burst_us(sk, p->host_bw_bps);
+	return ((__u64)sk->sk_gso_max_size * p->us_per_B_recip) >> RECIP_SHIFT;
+}
+
+/* host_bw·τ in bytes: the window that sends at host_bw for τ µs. */
+static __always_inline __u64 power_bdp(const struct power_params *p, __u32 tau)
+{
+	return (p->host_Bpus_fp * tau) >> FP_SHIFT;
 }
 
 static __always_inline __u32 power_tau(const struct power_params *p,
@@ -93,11 +147,89 @@ static __always_inline __u32 power_tau(const struct power_params *p,
 }
 
 
+/* The history key of sk's flow: its netns and its destination. */
+static __always_inline void power_hist_key_of(const struct sock *sk, struct power_hist_key *k)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->netns = sk->__sk_common.skc_net.net->net_cookie;
+	if (sk->__sk_common.skc_family == AF_INET6) {
+		k->daddr[0] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0];
+		k->daddr[1] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1];
+		k->daddr[2] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2];
+		k->daddr[3] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+	} else {
+		k->daddr[2] = __builtin_bswap32(0xffff);
+		k->daddr[3] = sk->__sk_common.skc_daddr;
+	}
+}
+
+/* The fresh history entry of sk's path, or NULL. */
+static __always_inline struct power_hist *power_hist_of(const struct sock *sk)
+{
+	struct power_hist_key k;
+	struct power_hist *h;
+
+	power_hist_key_of(sk, &k);
+	h = bpf_map_lookup_elem(&power_hist, &k);
+	if (!h || bpf_ktime_get_ns() - h->stamp_ns > POWER_HIST_MAX_AGE_NS)
+		return NULL;
+	return h;
+}
+
+/*
+ * A new flow's first window: line (host_bw·τ) unless a recent flow to the
+ * same destination from the same netns delivered less, in which case that
+ * rate times τ, but no less than TCP's initial window of ten segments.
+ */
+static __always_inline __u64 power_start_window(const struct sock *sk, const struct power_hist *h,
+						__u64 line, __u32 tau)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	__u64 w, floor = 10ULL * (tp->mss_cache ?: 1);
+
+	if (!h)
+		return line;
+	stat_add(&stats, STAT_HIST_STARTS, 1);
+	w = h->rate_Bps * tau / USEC_PER_SEC;
+	return w < floor ? floor : (w < line ? w : line);
+}
+
+/* How often a flow records its rate: a hash update is the dearest step of a round. */
+#define POWER_HIST_EVERY_US 1000
+
+/*
+ * Records the delivery rate of the round that rs ends, for new flows, at
+ * most once per POWER_HIST_EVERY_US.
+ */
+static __always_inline void power_hist_record(const struct sock *sk, struct power_ca *ca,
+					      const struct rate_sample *rs)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	struct power_hist_key k;
+	struct power_hist h, *old;
+
+	if (rs->delivered <= 0 || rs->interval_us <= 0 ||
+	    (__u32)tp->tcp_mstamp - ca->hist_us < POWER_HIST_EVERY_US)
+		return;
+	ca->hist_us = (__u32)tp->tcp_mstamp;
+	h.rate_Bps = (__u64)rs->delivered * (tp->mss_cache ?: 1) * USEC_PER_SEC / (__u64)rs->interval_us;
+	h.stamp_ns = bpf_ktime_get_ns();
+	h.min_rtt_us = ca->min_rtt_us;
+	h.pad = 0;
+	power_hist_key_of(sk, &k);
+	old = bpf_map_lookup_elem(&power_hist, &k);
+	if (old && h.stamp_ns - old->stamp_ns < POWER_HIST_MAX_AGE_NS && old->min_rtt_us &&
+	    (!h.min_rtt_us || old->min_rtt_us < h.min_rtt_us))
+		h.min_rtt_us = old->min_rtt_us;
+	bpf_map_update_elem(&power_hist, &k, &h, BPF_ANY);
+}
+
 static __always_inline void power_init(struct sock *sk)
 {
 	struct power_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_params();
+	struct power_hist *h;
 	__u32 tau;
 	__u64 cwnd;
 
@@ -110,14 +242,20 @@ static __always_inline void power_init(struct sock *sk)
 	ca->power = FP_ONE;
 	ca->last_update_seq = tp->snd_nxt;
 
-	/* The handshake gave an RTT estimate: use it for the first window. */
+	/*
+	 * The first window's τ: base_rtt, or the least base RTT recent flows
+	 * on this path tracked, or the handshake's RTT.
+	 */
+	h = power_hist_of(sk);
+	if (h && h->min_rtt_us)
+		ca->min_rtt_us = h->min_rtt_us;
 	tau = p->base_rtt_us;
 	if (!tau) {
-		tau = (tp->srtt_us >> 3) ?: POWER_FALLBACK_RTT_US;
+		tau = ca->min_rtt_us ?: (tp->srtt_us >> 3) ?: POWER_FALLBACK_RTT_US;
 		if (tau < power_burst_us(sk, p))
 			tau = power_burst_us(sk, p);
 	}
-	cwnd = bdp_bytes(p->host_bw_bps, tau);
+	cwnd = power_start_window(sk, h, power_bdp(p, tau), tau);
 	ca->cwnd = cwnd;
 	ca->cwnd_old = cwnd;
 
@@ -142,26 +280,40 @@ static __always_inline void power_track_base_rtt(struct power_ca *ca,
 		ca->min_rtt_us = srtt;
 }
 
-/* Updates the smoothed normalised power from one per-ACK RTT sample. */
-static __always_inline void theta_rtt_power(struct power_ca *ca,
-					       const struct power_params *p,
-					       __u32 rtt, __u64 now, __u32 tau)
+/*
+ * θ-PowerTCP's power, once per round, from the round's RTT samples: their
+ * mean RTT and its gradient against the previous round's,
+ *     Γ_norm = (dRTT/dt + 1) · RTT / τ,
+ * smoothed in with weight Δt/τ, Δt = min(t − t_prev, τ). A per-ACK
+ * gradient would compare ACKs microseconds apart, whose RTTs differ by
+ * scheduling noise as much as by queueing; over a round the noise
+ * averages out, and each ACK costs only two additions.
+ */
+static __always_inline void theta_round_power(struct power_ca *ca, __u32 now, __u32 tau)
 {
-	__u64 dt, dtc;
+	__u32 rtt, dt, dtc;
 	__s64 grad, sample;
 
-	if (ca->prev_ack_us && now > ca->prev_ack_us) {
-		dt = now - ca->prev_ack_us;
+	if (!ca->rtt_n)
+		return;
+	rtt = ca->rtt_n == 1 ? ca->rtt_sum_us : ca->rtt_sum_us / ca->rtt_n;
+	ca->rtt_sum_us = 0;
+	ca->rtt_n = 0;
+	dt = now - ca->prev_ack_us;
+	if (ca->prev_rtt_us && dt && dt < POWER_RTT_MAX_US) {
 		grad = sdiv64(((__s64)rtt - (__s64)ca->prev_rtt_us) * (__s64)FP_ONE, dt);
 		grad = clamp_s64(grad, -POWER_GRAD_MAX, POWER_GRAD_MAX);
 		sample = sdiv64((grad + (__s64)FP_ONE) * (__s64)rtt, tau);
 		sample = clamp_s64(sample, -POWER_SAMPLE_MAX, POWER_SAMPLE_MAX);
 
-		dtc = dt < tau ? dt : tau;
-		ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
+		/* A round at least τ long replaces Γ outright: no division. */
+		if (dt >= tau) {
+			ca->power = sample;
+		} else {
+			dtc = dt;
+			ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
+		}
 		ca->power = clamp_s64(ca->power, POWER_MIN, POWER_MAX);
-	} else if (ca->prev_ack_us) {
-		return; /* same microsecond: no gradient, keep the previous point */
 	}
 	ca->prev_rtt_us = rtt;
 	ca->prev_ack_us = now;
@@ -193,22 +345,22 @@ static __always_inline struct power_params *power_ack_begin(struct sock *sk, str
 }
 
 /*
- * θ-PowerTCP's power (Algorithm 2, NORMPOWER) from the ACK's RTT sample.
- * Returns false when the ACK has none.
+ * Folds the ACK's RTT sample into the round's (θ-PowerTCP, Algorithm 2,
+ * NORMPOWER, evaluated once per round by theta_round_power).
  */
-static __always_inline bool theta_ack_power(struct sock *sk, struct power_ca *ca,
-					    const struct power_params *p,
-					    const struct rate_sample *rs)
+static __always_inline void theta_ack_sample(struct power_ca *ca, const struct tcp_sock *tp,
+					     const struct rate_sample *rs)
 {
-	struct tcp_sock *tp = tcp_sk(sk);
 	long rtt = rs->rtt_us;
 
 	if (rtt <= 0 || rtt >= POWER_RTT_MAX_US)
-		return false;
+		return;
 	stat_add(&stats, STAT_RTT_SAMPLES, 1);
 	power_track_base_rtt(ca, tp);
-	theta_rtt_power(ca, p, rtt, tp->tcp_mstamp, power_tau(p, ca, power_burst_us(sk, p)));
-	return true;
+	if (ca->rtt_sum_us + (__u32)rtt > ca->rtt_sum_us) {
+		ca->rtt_sum_us += rtt;
+		ca->rtt_n++;
+	}
 }
 
 /*
@@ -218,16 +370,15 @@ static __always_inline bool theta_ack_power(struct sock *sk, struct power_ca *ca
  */
 static __always_inline void power_update_window(struct sock *sk, struct power_ca *ca,
 						const struct power_params *p,
-						const struct rate_sample *rs)
+						const struct rate_sample *rs, __u32 tau)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u32 mss = tp->mss_cache ?: 1;
-	__u32 tau = power_tau(p, ca, power_burst_us(sk, p));
 	__u64 beta, target, gamma, cwnd;
 
 	beta = p->beta_bytes;
 	if (!beta)
-		beta = bdp_bytes(p->host_bw_bps, tau) / (p->expected_flows ?: 1);
+		beta = (p->beta_Bpus_fp * tau) >> FP_SHIFT; /* host_bw·τ/N */
 	gamma = p->gamma > FP_ONE ? FP_ONE : p->gamma;
 
 	target = ca->cwnd_old * FP_ONE / (__u64)ca->power + beta;
@@ -239,6 +390,13 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 	 */
 	if (cwnd > ca->cwnd)
 		cwnd = max_u64(ca->cwnd, min_u64(cwnd, 2 * cc_used_window(sk, rs, tau)));
+	/*
+	 * No more than the host can send in τ: paced at cwnd/τ, a larger
+	 * window would ask for more than host_bw, and could only become
+	 * queue. At the same host_bw and base_rtt this bounds the standing
+	 * queue at host_bw·τ less the path's BDP.
+	 */
+	cwnd = min_u64(cwnd, power_bdp(p, tau));
 	cwnd = max_u64(cwnd, 2ULL * mss);
 
 	ca->cwnd = cwnd;
@@ -246,22 +404,38 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 	cc_set_window(sk, cwnd, tau);
 }
 
-/* θ-PowerTCP's ACK: power per ACK, window once per RTT (Algorithm 2). */
+/*
+ * θ-PowerTCP's ACK after power_ack_begin: the RTT sample into the round's
+ * sums; once per round (when the ACK covers what was sent at the previous
+ * update), power, window and cwnd_old (Algorithm 2), and the round's
+ * delivery rate into the history for new flows.
+ */
+static __always_inline void theta_ack(struct sock *sk, struct power_ca *ca, const struct power_params *p,
+				      const struct rate_sample *rs)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+
+	theta_ack_sample(ca, tp, rs);
+	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
+		__u32 tau = power_tau(p, ca, power_burst_us(sk, p));
+
+		theta_round_power(ca, (__u32)tp->tcp_mstamp, tau);
+		power_update_window(sk, ca, p, rs, tau);
+		ca->cwnd_old = ca->cwnd;
+		ca->last_update_seq = tp->snd_nxt;
+		power_hist_record(sk, ca, rs);
+	}
+	TRACE_ACK(sk, ca->cwnd, ca->power, 0, rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_RTT);
+}
+
+/* θ-PowerTCP's ACK handler. */
 static __always_inline void theta_on_ack(struct sock *sk, const struct rate_sample *rs)
 {
 	struct power_ca *ca = inet_csk_ca(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
 	struct power_params *p = power_ack_begin(sk, ca);
 
-	if (!p)
-		return;
-	theta_ack_power(sk, ca, p, rs);
-	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
-		power_update_window(sk, ca, p, rs);
-		ca->cwnd_old = ca->cwnd;
-		ca->last_update_seq = tp->snd_nxt;
-	}
-	TRACE_ACK(sk, ca->cwnd, ca->power, 0, rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_RTT);
+	if (p)
+		theta_ack(sk, ca, p, rs);
 }
 
 static __always_inline void power_set_state(struct sock *sk, __u8 new_state)
