@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"runtime"
 	"slices"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/bench/perack"
+	"github.com/ccload/ccload/testbed"
 )
 
 // programCosts reads the kernel's per-program run counters, which exist
@@ -224,9 +228,43 @@ func machine() Machine {
 	return m
 }
 
+// floorFlow is how long the null CC's flow runs in each repeat: long
+// enough for tens of thousands of ACKs.
+const floorFlow = time.Second
+
 // measureFloor measures the floor of the per-ACK cost for one repeat: the
-// mean run time of a null CC's per-ACK program under the same BPF
-// statistics. It returns nil when it cannot, and says why.
+// mean run time of the null CC's busiest program (bench/perack) over a
+// flow from the first sender, under the same BPF statistics as the CCs'
+// runs. It returns nil, and says why, when it cannot.
 func (r *runner) measureFloor(ctx context.Context, costs *programCosts) *float64 {
+	if costs.err != nil {
+		return nil
+	}
+	null, err := perack.RegisterNull()
+	if err != nil {
+		r.say("note: no per-ACK floor in this repeat: %v", err)
+		return nil
+	}
+	defer null.Close()
+	sink, err := testbed.StartSink(r.topo.Receiver, netip.AddrPortFrom(r.topo.Receiver.Addr, 0))
+	if err != nil {
+		r.say("note: no per-ACK floor in this repeat: %v", err)
+		return nil
+	}
+	defer sink.Close()
+	before := costs.snapshot()
+	if _, err := testbed.SendFlow(ctx, r.topo.Senders[0], sink.Addr, testbed.FlowConfig{
+		CC: perack.NullName, For: floorFlow, Seed: 5, Timeout: floorFlow + 10*time.Second}); err != nil {
+		r.say("note: no per-ACK floor in this repeat: the null CC's flow: %v", err)
+		return nil
+	}
+	for _, p := range costs.since(before) { // busiest first
+		if p.Type == ProgramStructOps && strings.HasPrefix(p.Program, perack.NullProgramPrefix) {
+			ns := p.NsPerRun
+			r.say("per-ACK floor: %.0f ns per run of the null CC (%d runs)", ns, p.Runs)
+			return &ns
+		}
+	}
+	r.say("note: no per-ACK floor in this repeat: the null CC's programs did not run")
 	return nil
 }
