@@ -75,6 +75,12 @@ type Config struct {
 	Repeat int
 	// Prefix is the netns name prefix of the topology.
 	Prefix string
+	// ControlPlaneExe, when not "", is a ccload executable whose attach,
+	// set and detach of theta_powertcp Run times ControlPlaneRuns times
+	// each, as whole processes, before it attaches anything
+	// (MeasureControlPlane).
+	ControlPlaneExe  string
+	ControlPlaneRuns int
 }
 
 // Defaults of Config, used where a field is zero.
@@ -196,6 +202,9 @@ func (c Config) validate() error {
 	}
 	if c.Flows < 2 || c.Flows > 16 {
 		errs = append(errs, fmt.Errorf("fairness flows %d: give 2 to 16", c.Flows))
+	}
+	if c.ControlPlaneExe != "" && (c.ControlPlaneRuns < 1 || c.ControlPlaneRuns > MaxControlPlaneRuns) {
+		errs = append(errs, fmt.Errorf("control-plane runs %d: give 1 to %d", c.ControlPlaneRuns, MaxControlPlaneRuns))
 	}
 	if c.Repeat < 1 || c.Repeat > MaxRepeat {
 		errs = append(errs, fmt.Errorf("repeat %d: give 1 to %d", c.Repeat, MaxRepeat))

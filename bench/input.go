@@ -92,9 +92,12 @@ func (s Sizes) Apply(c *Config) error {
 func RunAll(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, scenarios []string, out string,
 	progress io.Writer, done func(*Report) error) ([]*Report, error) {
 	var reps []*Report
-	for _, sc := range scenarios {
+	for i, sc := range scenarios {
 		run := cfg
 		run.Scenario = sc
+		if i > 0 {
+			run.ControlPlaneExe = "" // once per invocation is enough
+		}
 		rep, err := Run(ctx, l, n, run, progress)
 		if err != nil {
 			return reps, fmt.Errorf("bench %s: %w", sc, err)

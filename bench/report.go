@@ -100,6 +100,16 @@ func (r *Report) Table(w io.Writer) error {
 	if res.Scenario == ScenarioIncast {
 		fmt.Fprintln(w, "drained: share of incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms before the next; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
 	}
+	if len(res.ControlPlane) > 0 {
+		fmt.Fprintf(w, "control plane, as whole processes (%d runs each): ", res.ControlPlane[0].Runs)
+		for i, c := range res.ControlPlane {
+			if i > 0 {
+				fmt.Fprint(w, "; ")
+			}
+			fmt.Fprintf(w, "ccload %s %.0f ms (%.0f-%.0f)", c.Command, c.MedianMs, c.MinMs, c.MaxMs)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "CC ns/ACK: the CC's busiest BPF program's mean run time (one run per ACK), from the kernel's BPF statistics;")
 	fmt.Fprintln(w, "above floor: less a null CC's, measured in the same repeat; INT sockops ns/ACK: INT's sockops program per ACK of the CC. cpu: all CPUs, whole emulation.")
 	return nil

@@ -41,6 +41,9 @@ type Results struct {
 	Order [][]string `json:"order"`
 	// CCs holds one entry per congestion control, in the order of --cc.
 	CCs []CCResult `json:"ccs"`
+	// ControlPlane is how long ccload's attach, set and detach of
+	// theta_powertcp took as whole processes, when the run measured it.
+	ControlPlane []ControlPlane `json:"control_plane,omitempty"`
 }
 
 // Machine is the host a run measured.

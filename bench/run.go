@@ -86,6 +86,12 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	}
 	r := &runner{cfg: cfg, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{},
 		params: map[string]map[string]string{}, ecn: map[string]bool{}}
+	var control []ControlPlane
+	if cfg.ControlPlaneExe != "" {
+		if control, err = r.controlPlane(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for _, cc := range loader.Builtin() { // sorted by name
 		r.builtin[cc.Name] = cc
 	}
@@ -140,8 +146,9 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		Topology: Topology{Kind: "dumbbell", Senders: cfg.senderCount(), RateBps: cfg.RateBps, BufferBytes: cfg.BufferBytes,
 			ECNThresholdBytes: cfg.ECNThresholdBytes, ACKPadding: cfg.ACKPadding,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},
-		Workload: workloadOf(cfg),
-		Repeat:   cfg.Repeat,
+		Workload:     workloadOf(cfg),
+		Repeat:       cfg.Repeat,
+		ControlPlane: control,
 	}}
 	runs := make(map[string][]RunResult, len(cfg.CCs))
 	fcts := make(map[string][]stats.FCT, len(cfg.CCs))
@@ -210,6 +217,30 @@ func (r *runner) prepareCCs() (func() error, error) {
 			r.say("attached %s for the bench (%s)", a.Name, loader.ParamsString(a.Params))
 		}
 	})
+}
+
+// controlPlaneCC is the CC whose attach, set and detach the bench times.
+const controlPlaneCC = "theta_powertcp"
+
+// controlPlane times the control-plane commands (MeasureControlPlane),
+// unless the user has controlPlaneCC attached, which it leaves alone.
+func (r *runner) controlPlane(ctx context.Context) ([]ControlPlane, error) {
+	list, err := r.l.List()
+	if err != nil {
+		return nil, fmt.Errorf("list attached CCs: %w", err)
+	}
+	for _, st := range list {
+		if st.Name == controlPlaneCC && st.Attached {
+			r.say("note: %s is attached, so the bench does not time its attach and detach", controlPlaneCC)
+			return nil, nil
+		}
+	}
+	r.say("timing attach, set and detach of %s as processes (%s), %d times each", controlPlaneCC, r.cfg.ControlPlaneExe, r.cfg.ControlPlaneRuns)
+	out, err := MeasureControlPlane(ctx, r.l, r.cfg.ControlPlaneExe, controlPlaneCC, r.cfg.ControlPlaneRuns)
+	if err != nil {
+		return nil, fmt.Errorf("measure the control plane: %w", err)
+	}
+	return out, nil
 }
 
 // hostBWParam is the parameter of ccload's CCs that holds the host's NIC

@@ -220,7 +220,7 @@ func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, v
 	}
 	spec.Maps[mapParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
 
-	opts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: f.Spec}}
+	opts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: f.Spec}, Cache: f.Cache}
 	if cc.UsesINT {
 		if l.shared == nil {
 			return kernel.NewError(kernel.KindBadObject, "this is a bug in ccload: report it", nil,

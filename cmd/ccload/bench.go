@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ func newBenchCmd(a *app) *cobra.Command {
 		ccs           []string
 		cfg           bench.Config
 		asJSON        bool
+		controlRuns   int
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
@@ -35,7 +37,9 @@ topology, --repeat times, and measure:
   - Jain's fairness and convergence time (fairness scenario),
   - what each ACK costs the CC's BPF program and INT's sockops program
     (kernel BPF statistics), above a floor measured on a null CC in the
-    same repeat, and the CPUs' busy share.
+    same repeat, and the CPUs' busy share,
+  - how long 'ccload attach', 'set' and 'detach' take as processes
+    (--control-plane-runs; skipped when theta_powertcp is attached).
 
 One run per CC cannot rank CCs on a busy machine. With --repeat N, every
 CC runs N times: the runs interleave (repeat i starts i places down the
@@ -82,6 +86,13 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				return benchInputError(c, err)
 			}
 			cfg.CCs = ccs
+			if controlRuns > 0 {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("find ccload's executable to time its commands: %w (or pass --control-plane-runs 0)", err)
+				}
+				cfg.ControlPlaneExe, cfg.ControlPlaneRuns = exe, controlRuns
+			}
 			ctx, stop := runContext(c, 0)
 			defer stop()
 			var progress io.Writer = a.out
@@ -127,6 +138,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "workload seed of the first repeat; repeat i uses seed+i")
 	f.IntVar(&cfg.Repeat, "repeat", 1, fmt.Sprintf("runs per CC, interleaved, reported as median and range (1 to %d)", bench.MaxRepeat))
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "queue sampling interval")
+	f.IntVar(&controlRuns, "control-plane-runs", 15, fmt.Sprintf("time attach, set and detach of theta_powertcp as processes this many times each, before the scenarios (0 to skip; at most %d)", bench.MaxControlPlaneRuns))
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
 	f.Bool("schema", false, "print the JSON Schema of results.json and exit")
 	return c

@@ -38,7 +38,17 @@ type Features struct {
 
 	// Spec is the kernel's BTF, for CO-RE relocations at load time.
 	Spec *btf.Spec
+	// Cache holds Spec for cilium/ebpf's own lookups in the kernel's BTF
+	// (ebpf.CollectionOptions.Cache), such as finding a struct_ops map's
+	// kernel type, so that a process parses the BTF once and not twice.
+	// It is nil when the BTF was read from a path other than the
+	// running kernel's.
+	Cache *btf.Cache
 }
+
+// kernelBTFPath is where the running kernel exposes its BTF, the file
+// cilium/ebpf's btf.LoadKernelSpec reads.
+const kernelBTFPath = "/sys/kernel/btf/vmlinux"
 
 // btfCache holds the features probed from each BTF file in this process.
 // Parsing the kernel's BTF takes tens of milliseconds and megabytes, and
@@ -67,14 +77,21 @@ func Probe(btfPath string) (*Features, error) {
 	return f, nil
 }
 
-// loadKernelBTF reads the kernel's BTF from path.
-func loadKernelBTF(path string) (*btf.Spec, error) {
+// loadKernelBTF reads the kernel's BTF from path, through cache when it
+// is not nil (path is then the running kernel's).
+func loadKernelBTF(path string, cache *btf.Cache) (*btf.Spec, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, NewError(KindNoBTF,
 			"ccload needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (all of Debian, Ubuntu, RHEL and Fedora's kernels since 2020 are); boot such a kernel",
 			err, "kernel BTF not found at %s", path)
 	}
-	spec, err := btf.LoadSpec(path)
+	var spec *btf.Spec
+	var err error
+	if cache != nil {
+		spec, err = cache.Kernel()
+	} else {
+		spec, err = btf.LoadSpec(path)
+	}
 	if err != nil {
 		return nil, NewError(KindNoBTF, "the file is not valid BTF; check that it comes from the running kernel",
 			err, "read kernel BTF %s", path)
@@ -83,11 +100,15 @@ func loadKernelBTF(path string) (*btf.Spec, error) {
 }
 
 func probe(btfPath string) (*Features, error) {
-	spec, err := loadKernelBTF(btfPath)
+	var cache *btf.Cache
+	if btfPath == kernelBTFPath {
+		cache = btf.NewCache()
+	}
+	spec, err := loadKernelBTF(btfPath, cache)
 	if err != nil {
 		return nil, err
 	}
-	f := &Features{Release: Release(), Spec: spec}
+	f := &Features{Release: Release(), Spec: spec, Cache: cache}
 
 	var value *btf.Struct
 	if err := spec.TypeByName("bpf_struct_ops_tcp_congestion_ops", &value); err == nil {
