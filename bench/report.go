@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,40 +215,58 @@ func (r *Report) Write(dir string) ([]string, error) {
 		return fmt.Sprintf("%s: %s, %s bottleneck", r.Results.Scenario, what, formatRate(float64(r.Results.Topology.RateBps)))
 	}
 	var errs []error
-	var queue, tput []plot.Series
+	var tput []plot.Series
+	var panels []plot.Panel
+	var cdf []plot.CDFSeries
 	for _, runs := range r.series {
-		s := runs[0]
-		queue = append(queue, plot.Series{Label: s.cc, Points: toPlot(s.queue)})
-		tput = append(tput, plot.Series{Label: s.cc, Points: toPlot(s.throughput)})
+		p := plot.Panel{Label: runs[0].cc}
+		c := plot.CDFSeries{Label: runs[0].cc}
+		for _, s := range runs {
+			p.Runs = append(p.Runs, toPlot(s.queue))
+			for _, q := range s.queue {
+				c.Values = append(c.Values, q.V)
+			}
+		}
+		panels, cdf = append(panels, p), append(cdf, c)
+		tput = append(tput, plot.Series{Label: runs[0].cc, Points: toPlot(runs[0].throughput)})
 	}
-	if err := plot.Queue(name("queue"), title("bottleneck queue"), queue); err != nil {
-		errs = append(errs, err)
-	} else {
-		files = append(files, name("queue"))
+	add := func(file string, err error) {
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			files = append(files, file)
+		}
 	}
-	if err := plot.Throughput(name("throughput"), title("bottleneck throughput"), tput); err != nil {
-		errs = append(errs, err)
-	} else {
-		files = append(files, name("throughput"))
+	add(name("queue"), plot.QueuePanels(name("queue"), title("bottleneck queue, each CC's runs"), 0, 0, panels))
+	add(name("queue-cdf"), plot.QueueCDF(name("queue-cdf"), title("CDF of the queue, all runs"), cdf))
+	if r.Results.Scenario == ScenarioIncast {
+		if starts := incastStarts(r.Config); len(starts) > 0 {
+			at := starts[len(starts)/2]
+			add(name("queue-incast-zoom"), plot.QueuePanels(name("queue-incast-zoom"),
+				title(fmt.Sprintf("queue around the incast at %v", at)), at-5*time.Millisecond, at+45*time.Millisecond, panels))
+		}
 	}
+	add(name("throughput"), plot.Throughput(name("throughput"), title("bottleneck throughput, first run"), tput))
 	if cols := r.fctColumns(); len(cols) > 0 {
 		bars := plot.Bars{Groups: cols}
 		for _, c := range r.Results.CCs {
-			bs := plot.BarSeries{Label: c.CC, Values: make([]float64, len(cols))}
+			bs := plot.BarSeries{Label: c.CC, Values: make([]float64, len(cols)),
+				Lo: make([]float64, len(cols)), Hi: make([]float64, len(cols))}
 			for i, b := range cols {
+				bs.Values[i], bs.Lo[i], bs.Hi[i] = math.NaN(), math.NaN(), math.NaN()
 				for _, f := range c.FCT {
 					if f.Bucket == b {
 						bs.Values[i] = tailUs(f) / 1e3
 					}
 				}
+				if sp, ok := c.Figures["fct_p99_us_"+bucketKey(b)]; ok && sp.N > 1 {
+					bs.Lo[i], bs.Hi[i] = sp.Min/1e3, sp.Max/1e3
+				}
 			}
 			bars.Series = append(bars.Series, bs)
 		}
-		if err := plot.FCT(name("fct-p99"), title("99th-percentile FCT"), bars, "p99 FCT (ms)"); err != nil {
-			errs = append(errs, err)
-		} else {
-			files = append(files, name("fct-p99"))
-		}
+		add(name("fct-p99"), plot.FCT(name("fct-p99"),
+			title("FCT tail of all runs' flows; whiskers: each run's p99"), bars, "p99 FCT, or the highest supported (ms)"))
 	}
 	if r.Results.Scenario == ScenarioFairness {
 		for _, runs := range r.series {
@@ -257,11 +276,7 @@ func (r *Report) Write(dir string) ([]string, error) {
 				flows = append(flows, plot.Series{Label: fmt.Sprintf("flow %d", i+1), Points: toPlot(f)})
 			}
 			p := name("flows-" + s.cc)
-			if err := plot.Throughput(p, title(s.cc+" per-flow throughput"), flows); err != nil {
-				errs = append(errs, err)
-			} else {
-				files = append(files, p)
-			}
+			add(p, plot.Throughput(p, title(s.cc+" per-flow throughput, first run"), flows))
 		}
 	}
 	return files, errors.Join(errs...)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"slices"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -108,6 +109,10 @@ func bar(path string, opts BarOptions, bars Bars) error {
 			return fmt.Errorf("series %d (%q) has %d values for %d groups",
 				i, s.Label, len(s.Values), len(bars.Groups))
 		}
+		if (s.Lo != nil || s.Hi != nil) && (len(s.Lo) != len(s.Values) || len(s.Hi) != len(s.Values)) {
+			return fmt.Errorf("series %d (%q) has %d values but %d low and %d high ends",
+				i, s.Label, len(s.Values), len(s.Lo), len(s.Hi))
+		}
 	}
 
 	r := valueRange(bars.Series)
@@ -175,11 +180,11 @@ type valueStats struct {
 	minNeg         float64 // smallest value < 0; 0 if none
 }
 
-// valueRange returns the valueStats of every series.
+// valueRange returns the valueStats of every series, whiskers included.
 func valueRange(series []BarSeries) valueStats {
 	var r valueStats
 	for _, s := range series {
-		for _, v := range s.Values {
+		for _, v := range slices.Concat(s.Values, s.Lo, s.Hi) {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				continue
 			}
@@ -247,6 +252,16 @@ func (b *groupedBars) Plot(c draw.Canvas, p *gplot.Plot) {
 			pts := []vg.Point{{X: x0, Y: y0}, {X: x0, Y: y1}, {X: x1, Y: y1}, {X: x1, Y: y0}}
 			c.FillPolygon(fill, c.ClipPolygonY(pts))
 			c.StrokeLines(outline, c.ClipLinesY(append(pts, pts[0]))...)
+			if ser.Lo != nil && b.drawable(ser.Lo[g]) && b.drawable(ser.Hi[g]) {
+				// The whisker: a vertical line over the range, with caps.
+				xm, cap := (x0+x1)/2, (x1-x0)/4
+				ylo, yhi := trY(ser.Lo[g]), trY(ser.Hi[g])
+				whisker := draw.LineStyle{Color: color.Black, Width: vg.Points(1)}
+				c.StrokeLines(whisker, c.ClipLinesY(
+					[]vg.Point{{X: xm, Y: ylo}, {X: xm, Y: yhi}},
+					[]vg.Point{{X: xm - cap, Y: ylo}, {X: xm + cap, Y: ylo}},
+					[]vg.Point{{X: xm - cap, Y: yhi}, {X: xm + cap, Y: yhi}})...)
+			}
 		}
 	}
 }
@@ -260,9 +275,12 @@ func (b *groupedBars) DataRange() (xmin, xmax, ymin, ymax float64) {
 		ymin, ymax = 0, 0
 	}
 	for _, ser := range b.series {
-		for _, v := range ser.Values {
+		for g, v := range ser.Values {
 			if b.drawable(v) {
 				ymin, ymax = math.Min(ymin, v), math.Max(ymax, v)
+			}
+			if ser.Hi != nil && b.drawable(ser.Hi[g]) {
+				ymax = math.Max(ymax, ser.Hi[g])
 			}
 		}
 	}

@@ -44,6 +44,10 @@ type Bars struct {
 type BarSeries struct {
 	Label  string
 	Values []float64
+	// Lo and Hi, when not nil, hold one value per group too: the range
+	// (for example min and max over repeated runs) drawn as a whisker on
+	// each bar. A NaN leaves a bar without one.
+	Lo, Hi []float64
 }
 
 // Default figure size in pixels, used when a [Size] is left zero.
