@@ -194,8 +194,11 @@ static __always_inline __u64 power_start_window(const struct sock *sk, const str
 	return w < floor ? floor : (w < line ? w : line);
 }
 
-/* How often a flow records its rate: a hash update is the dearest step of a round. */
-#define POWER_HIST_EVERY_US 1000
+/*
+ * How often a flow records its rate: an LRU hash update costs several times
+ * a whole round's arithmetic, so it is spread over many rounds.
+ */
+#define POWER_HIST_EVERY_US 10000
 
 /*
  * Records the delivery rate of the round that rs ends, for new flows, at
