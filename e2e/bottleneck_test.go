@@ -87,12 +87,14 @@ func TestBottleneckQueueThetaVsCubic(t *testing.T) {
 }
 
 // TestBetaMovesQueue changes β while a θ-PowerTCP flow runs through the
-// bottleneck. The equilibrium queue is about β, so the flow's own queue
-// must follow it.
+// bottleneck. The equilibrium queue grows with β, so the flow's own queue
+// must follow it. The window is capped at host_bw·τ, so τ is set to
+// 500 µs to leave room for the new β.
 func TestBetaMovesQueue(t *testing.T) {
 	testutil.RequireKernelCC(t, "theta_powertcp")
 	l, _ := newSys(t)
-	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp"})
+	attachForTest(t, l, loader.AttachRequest{Name: "theta_powertcp",
+		Params: map[string]string{"host_bw": "10gbit", "base_rtt": "500us"}})
 	d := newDumbbell(t, 1)
 	sink := testnet.StartSink(t, d.Receiver, d.Receiver.Addr)
 
