@@ -142,7 +142,7 @@ func bar(path string, opts BarOptions, bars Bars) error {
 		grid.Horizontal = gridStyle()
 		if logY {
 			p.Y.Scale = gplot.LogScale{}
-			p.Y.Tick.Marker = gplot.LogTicks{Prec: -1}
+			p.Y.Tick.Marker = logTicks{}
 		}
 		p.Add(grid)
 		gb := &groupedBars{series: bars.Series, groups: len(bars.Groups), logY: logY}
@@ -152,7 +152,7 @@ func bar(path string, opts BarOptions, bars Bars) error {
 			leg.Add(legendLabel(i, s.Label), barThumb{color: seriesColor(i)})
 		}
 		if logY {
-			// Whole decades around the positive values: LogTicks
+			// Whole decades around the positive values: logTicks
 			// labels powers of ten, and bars need a positive base.
 			p.Y.Min = math.Pow(10, math.Floor(math.Log10(r.minPos)))
 			p.Y.Max = math.Pow(10, math.Ceil(math.Log10(r.maxPos)))
@@ -163,7 +163,7 @@ func bar(path string, opts BarOptions, bars Bars) error {
 			if p.Y.Min == p.Y.Max {
 				p.Y.Max = p.Y.Min + 1
 			}
-			p.Y.Max = roundUpToStep(p.Y.Min, p.Y.Max)
+			p.Y.Max = roundUpToStep(p.Y.Min, p.Y.Max, 0)
 		}
 		drawWithLegend(c, p, leg)
 	})

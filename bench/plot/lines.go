@@ -145,7 +145,7 @@ func lines(path string, opts LineOptions, series []Series) error {
 			p.Y.Max = p.Y.Min + 1
 		}
 		if opts.YFromZero {
-			p.Y.Max = roundUpToStep(p.Y.Min, p.Y.Max)
+			p.Y.Max = roundUpToStep(p.Y.Min, p.Y.Max, 0)
 		}
 		drawWithLegend(c, p, leg)
 	})

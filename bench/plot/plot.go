@@ -167,27 +167,61 @@ func newPlot(title, xlabel, ylabel string) *gplot.Plot {
 
 // drawWithLegend draws p on c with legend leg in a column to the right of
 // the figure, top-aligned with the data area, so that the legend never
-// hides data. A nil or empty legend gives the whole canvas to p.
+// hides data. The title of p is drawn by drawTitle across the whole
+// width, legend column included, and its X label by drawXLabelled; both
+// are cleared from p. A nil or empty legend gives the whole canvas to p.
 func drawWithLegend(c draw.Canvas, p *gplot.Plot, leg *gplot.Legend) {
-	if leg == nil {
-		p.Draw(c)
-		return
+	c = drawTitle(c, p.Title.Text, p.Title.TextStyle, p.Title.Padding)
+	p.Title.Text = ""
+	pc := c
+	if leg != nil {
+		if w := leg.Rectangle(c).Size().X; w > 0 {
+			gap := vg.Points(8)
+			pc = draw.Crop(c, 0, -(w + 2*gap), 0, 0)
+			leg.Draw(draw.Crop(c, c.Max.X-c.Min.X-w-gap, -gap, 0, 0))
+		}
 	}
-	rect := leg.Rectangle(c)
-	w := rect.Max.X - rect.Min.X
-	if w <= 0 {
-		p.Draw(c)
-		return
-	}
-	gap := vg.Points(8)
-	p.Draw(draw.Crop(c, 0, -(w + 2*gap), 0, 0))
+	drawXLabelled(pc, p)
+}
 
-	top := vg.Length(0)
-	if p.Title.Text != "" {
-		top = p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding
+// drawXLabelled draws p on c with the X-axis label of p drawn by hand,
+// centred under the data area, and cleared from p. gonum places that
+// label by the arithmetic middle of the axis range, which on a log axis
+// lies far to the right, and then shrinks the data area to make room.
+func drawXLabelled(c draw.Canvas, p *gplot.Plot) {
+	label := p.X.Label.Text
+	if label == "" {
+		p.Draw(c)
+		return
 	}
-	lc := draw.Crop(c, c.Max.X-c.Min.X-w-gap, -gap, 0, -top)
-	leg.Draw(lc)
+	p.X.Label.Text = ""
+	sty := p.X.Label.TextStyle
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YBottom
+	h := sty.Rectangle(label).Size().Y + p.X.Label.Padding
+	pc := draw.Crop(c, 0, 0, h, 0)
+	p.Draw(pc)
+	dc := p.DataCanvas(pc)
+	c.FillText(sty, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: c.Min.Y + sty.FontExtents().Descent}, label)
+}
+
+// minTitleScale is how far drawTitle may shrink a title's font to fit.
+const minTitleScale = 0.7
+
+// drawTitle draws text centred at the top of c in style sty, its font
+// shrunk (down to minTitleScale) if the text is wider than c, and returns
+// the part of c below it and pad. An empty text draws nothing and returns
+// c.
+func drawTitle(c draw.Canvas, text string, sty draw.TextStyle, pad vg.Length) draw.Canvas {
+	if text == "" {
+		return c
+	}
+	if w, avail := sty.Width(text), c.Max.X-c.Min.X-vg.Points(4); w > avail {
+		sty.Font.Size = max(sty.Font.Size*avail/w, sty.Font.Size*minTitleScale)
+	}
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
+	c.FillText(sty, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y}, text)
+	h := sty.Rectangle(text).Size().Y + pad
+	return draw.Crop(c, 0, 0, 0, -h)
 }
 
 // newLegend returns an empty legend placed at the top left of whatever
