@@ -268,3 +268,25 @@ func (r *runner) measureFloor(ctx context.Context, costs *programCosts) *float64
 	r.say("note: no per-ACK floor in this repeat: the null CC's programs did not run")
 	return nil
 }
+
+// measureArith times, for one repeat, the per-ACK arithmetic of the CCs
+// that have an arithmetic program (bench/perack.MeasureArithmetic), by CC
+// name. It returns nil, and says why, when it cannot.
+func (r *runner) measureArith(costs *programCosts) map[string]perack.ArithCost {
+	if costs.err != nil {
+		return nil
+	}
+	arith, err := perack.MeasureArithmetic(perack.ArithConfig{})
+	if err != nil {
+		r.say("note: no arithmetic timing in this repeat: %v", err)
+		return nil
+	}
+	out := make(map[string]perack.ArithCost, len(arith))
+	parts := make([]string, 0, len(arith))
+	for _, a := range arith {
+		out[a.CC] = a
+		parts = append(parts, fmt.Sprintf("%s %.0f", a.CC, a.NsAboveFloor))
+	}
+	r.say("per-ACK arithmetic alone, ns above the test loop's %.0f: %s", arith[0].FloorNs, strings.Join(parts, ", "))
+	return out
+}

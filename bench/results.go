@@ -259,6 +259,12 @@ type ACKCost struct {
 	SockopsRunsPerACK         *float64 `json:"sockops_runs_per_ack,omitempty"`
 	SockopsNsPerACK           *float64 `json:"sockops_ns_per_ack,omitempty"`
 	SockopsNsPerACKAboveFloor *float64 `json:"sockops_ns_per_ack_above_floor,omitempty"`
+	// ArithNsPerCall is the CC's per-ACK arithmetic alone, timed in the
+	// same repeat under BPF_PROG_TEST_RUN (bench/perack.MeasureArithmetic),
+	// and ArithNsAboveFloor that less the test loop's own cost; absent for
+	// CCs without an arithmetic program, or when it could not be timed.
+	ArithNsPerCall    *float64 `json:"arith_ns_per_call,omitempty"`
+	ArithNsAboveFloor *float64 `json:"arith_ns_above_floor,omitempty"`
 }
 
 // ProgramCost is one BPF program's run count and mean run time over a

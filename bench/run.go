@@ -160,6 +160,7 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		rep.Results.Order = append(rep.Results.Order, order)
 		seed := cfg.Seed + uint64(i)
 		floor := r.measureFloor(ctx, costs)
+		arith := r.measureArith(costs)
 		for j, cc := range order {
 			step := fmt.Sprintf("[%d/%d]", i*len(order)+j+1, total)
 			r.say("%s %s: %s for %v (repeat %d/%d, seed %d)", step, cc, cfg.Scenario, cfg.Duration, i+1, cfg.Repeat, seed)
@@ -169,6 +170,9 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 			}
 			out.res.Repeat = i
 			out.res.Cost = ackCost(out.res.BPF, floor)
+			if a, ok := arith[cc]; ok && out.res.Cost != nil {
+				out.res.Cost.ArithNsPerCall, out.res.Cost.ArithNsAboveFloor = &a.NsPerCall, &a.NsAboveFloor
+			}
 			runs[cc] = append(runs[cc], out.res)
 			fcts[cc] = append(fcts[cc], out.fcts...)
 			series[cc] = append(series[cc], out.series)

@@ -90,6 +90,7 @@ func Figures() []Figure {
 		{"sockops_runs_per_ack", cost(func(c *ACKCost) *float64 { return c.SockopsRunsPerACK })},
 		{"sockops_ns_per_ack", cost(func(c *ACKCost) *float64 { return c.SockopsNsPerACK })},
 		{"sockops_ns_per_ack_above_floor", cost(func(c *ACKCost) *float64 { return c.SockopsNsPerACKAboveFloor })},
+		{"arith_ns_above_floor", cost(func(c *ACKCost) *float64 { return c.ArithNsAboveFloor })},
 	}
 	for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
 		figs = append(figs, Figure{"fct_p99_us_" + bucketKey(b), func(r RunResult) (float64, bool) {

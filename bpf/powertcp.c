@@ -30,77 +30,6 @@ char _license[] SEC("license") = "GPL";
 
 INT_STORE_MAP;
 
-#define POWER_CURRENT_MAX (16 * (__s64)FP_ONE)
-
-/*
- * Normalised power of one hop between two of its records, FP_ONE-scaled,
- * or -1 when the pair says nothing. *dt_us gets the time between them.
- */
-static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
-				       __u64 min_bdp, __u64 *dt_us)
-{
-	struct int_delta d;
-	__u64 bdp, denom;
-	__s64 current, voltage;
-
-	if (!int_hop_delta(now_w, prev_w, &d))
-		return -1;
-	/* λ/b: bytes that arrived in dt over the bytes the link can send in dt. */
-	denom = d.mbps * d.dt_ns / 8000; /* b·dt in bytes: Mbit/s · ns / 8000 */
-	current = sdiv64(((__s64)d.q_now - (__s64)d.q_prev + (__s64)d.tx_bytes) * (__s64)FP_ONE,
-			 denom ?: 1);
-	current = clamp_s64(current, -POWER_CURRENT_MAX, POWER_CURRENT_MAX);
-
-	/*
-	 * v/(b·τ): queue plus BDP over the BDP. The BDP is at least one GSO
-	 * packet: a hop that forwards whole GSO packets (veth, a software
-	 * router) cannot keep its link busy with less queued, so a smaller
-	 * BDP would read that packet as congestion.
-	 */
-	bdp = d.mbps * tau_us / 8; /* b·τ in bytes */
-	if (bdp < min_bdp)
-		bdp = min_bdp;
-	voltage = (__s64)((d.q_now + bdp) * FP_ONE / (bdp ?: 1));
-	voltage = clamp_s64(voltage, 0, POWER_SAMPLE_MAX);
-
-	*dt_us = d.dt_ns / 1000;
-	return (current * voltage) >> FP_SHIFT;
-}
-
-/*
- * NORMPOWER over the hops of a new echo. Returns false when it could not
- * be used (first echo, a changed path, or a gap that may have wrapped).
- */
-static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *st,
-				      __u32 tau, __u64 min_bdp)
-{
-	__s64 best = -1, g, sample;
-	__u64 best_dt = 0, dt_us = 0, dtc;
-	bool usable = int_pair_usable(&ca->prev, st);
-	__u32 i;
-
-	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
-		if (i >= st->echo_hops)
-			break;
-		if (int_hop_may_wrap(&ca->prev, st, i))
-			continue;
-		g = hop_power(st->echo[i], ca->prev.hop[i], tau, min_bdp, &dt_us);
-		if (g > best) {
-			best = g;
-			best_dt = dt_us;
-		}
-	}
-	int_prev_save(&ca->prev, st);
-	if (best < 0)
-		return false;
-
-	sample = clamp_s64(best, 0, POWER_SAMPLE_MAX);
-	dtc = best_dt < tau ? best_dt : tau;
-	ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
-	ca->power = clamp_s64(ca->power, POWER_MIN, POWER_MAX);
-	return true;
-}
-
 static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_sample *rs)
 {
 	struct power_ca *ca = inet_csk_ca(sk);
@@ -125,7 +54,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	 * does not take the congested RTT for its base RTT.
 	 */
 	int_track_base_rtt(&ca->min_rtt_us, rs->rtt_us, st);
-	tau = power_tau(p, ca, power_burst_us(sk, p));
+	tau = power_tau(p, ca, power_burst_us(sk->sk_gso_max_size, p));
 	if (st->echo_seq != ca->prev.echo_seq) {
 		stat_add(&stats, STAT_INT_SAMPLES, 1);
 		int_power(ca, st, tau, sk->sk_gso_max_size);

@@ -244,9 +244,32 @@ static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
  * full window: without the floor, such a flow takes the low RTT as its τ
  * and never leaves the small window.
  */
-static __always_inline __u32 cc_gso_burst_us(const struct sock *sk, __u64 bw_bps)
+static __always_inline __u32 cc_gso_burst_us(__u32 gso_max_size, __u64 bw_bps)
 {
-	return (__u64)sk->sk_gso_max_size * 8 * USEC_PER_SEC / (bw_bps ?: 1);
+	return (__u64)gso_max_size * 8 * USEC_PER_SEC / (bw_bps ?: 1);
+}
+
+/*
+ * What cc_used_bytes needs to know of an ACK, read from the socket and the
+ * rate sample (cc_use_of), so that the arithmetic itself touches neither
+ * and can be timed alone (bench/perack's arithmetic programs).
+ */
+struct cc_use {
+	__u32 mss;		/* tp->mss_cache, at least 1 */
+	__u32 max_packets_out;	/* tp->max_packets_out */
+	__s64 delivered;	/* rs->delivered, packets */
+	__s64 interval_us;	/* rs->interval_us */
+};
+
+static __always_inline void cc_use_of(const struct sock *sk, const struct rate_sample *rs,
+				      struct cc_use *u)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	u->mss = tp->mss_cache ?: 1;
+	u->max_packets_out = tp->max_packets_out;
+	u->delivered = rs->delivered;
+	u->interval_us = rs->interval_us;
 }
 
 /*
@@ -260,19 +283,48 @@ static __always_inline __u32 cc_gso_burst_us(const struct sock *sk, __u64 bw_bps
  * than the RTT (τ floored at one GSO burst): such a flow has only
  * rate·RTT in flight, far below its window, yet uses all of rate = cwnd/τ.
  */
-static __always_inline __u64 cc_used_window(const struct sock *sk,
-					    const struct rate_sample *rs, __u32 tau_us)
+static __always_inline __u64 cc_used_bytes(const struct cc_use *u, __u32 tau_us)
 {
-	const struct tcp_sock *tp = tcp_sk(sk);
-	__u64 mss = tp->mss_cache ?: 1;
-	__u64 used = (__u64)tp->max_packets_out * mss, paced;
+	__u64 used = (__u64)u->max_packets_out * u->mss, paced;
 
-	if (rs->delivered > 0 && rs->interval_us > 0) {
-		paced = (__u64)rs->delivered * mss * tau_us / (__u64)rs->interval_us;
+	if (u->delivered > 0 && u->interval_us > 0) {
+		paced = (__u64)u->delivered * u->mss * tau_us / (__u64)u->interval_us;
 		if (paced > used)
 			used = paced;
 	}
 	return used;
+}
+
+/*
+ * A window that may grow to want, but no further than twice what the flow
+ * has shown it uses (cc_used_bytes); a shrinking window is not held back.
+ */
+static __always_inline __u64 cc_grow_limit(__u64 cur, __u64 want, const struct cc_use *u,
+					   __u32 tau_us)
+{
+	if (want <= cur)
+		return want;
+	return max_u64(cur, min_u64(want, 2 * cc_used_bytes(u, tau_us)));
+}
+
+/* A window of cwnd bytes in packets of mss: at least 2, at most clamp. */
+static __always_inline __u32 cc_window_pkts(__u64 cwnd, __u32 mss, __u32 clamp)
+{
+	__u64 pkts = cwnd / (mss ?: 1);
+
+	if (pkts < 2)
+		pkts = 2;
+	if (pkts > clamp)
+		pkts = clamp;
+	return pkts;
+}
+
+/* The pacing rate, bytes/s, that sends cwnd bytes per τ, at most max_Bps. */
+static __always_inline __u64 cc_pacing_Bps(__u64 cwnd, __u32 tau_us, __u64 max_Bps)
+{
+	__u64 rate = cwnd * USEC_PER_SEC / (tau_us ?: 1);
+
+	return rate > max_Bps ? max_Bps : rate;
 }
 
 /*
@@ -283,18 +335,9 @@ static __always_inline __u64 cc_used_window(const struct sock *sk,
 static __always_inline void cc_set_window(struct sock *sk, __u64 cwnd, __u32 tau_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	__u64 pkts = cwnd / (tp->mss_cache ?: 1), rate;
 
-	if (pkts < 2)
-		pkts = 2;
-	if (pkts > tp->snd_cwnd_clamp)
-		pkts = tp->snd_cwnd_clamp;
-	tp->snd_cwnd = pkts;
-
-	rate = cwnd * USEC_PER_SEC / (tau_us ?: 1);
-	if (rate > sk->sk_max_pacing_rate)
-		rate = sk->sk_max_pacing_rate;
-	sk->sk_pacing_rate = rate;
+	tp->snd_cwnd = cc_window_pkts(cwnd, tp->mss_cache, tp->snd_cwnd_clamp);
+	sk->sk_pacing_rate = cc_pacing_Bps(cwnd, tau_us, sk->sk_max_pacing_rate);
 }
 
 #endif /* CCLOAD_H */

@@ -123,10 +123,9 @@ static __always_inline struct power_params *power_params(void)
  * The floor of a tracked τ: the time one GSO burst takes at host_bw (see
  * cc_gso_burst_us, which divides where this multiplies).
  */
-static __always_inline __u32 power_burst_us(const struct sock *sk,
-					    const struct power_params *p)
+static __always_inline __u32 power_burst_us(__u32 gso_max_size, const struct power_params *p)
 {
-	return ((__u64)sk->sk_gso_max_size * p->us_per_B_recip) >> RECIP_SHIFT;
+	return ((__u64)gso_max_size * p->us_per_B_recip) >> RECIP_SHIFT;
 }
 
 /* host_bw·τ in bytes: the window that sends at host_bw for τ µs. */
@@ -255,8 +254,8 @@ static __always_inline void power_init(struct sock *sk)
 	tau = p->base_rtt_us;
 	if (!tau) {
 		tau = ca->min_rtt_us ?: (tp->srtt_us >> 3) ?: POWER_FALLBACK_RTT_US;
-		if (tau < power_burst_us(sk, p))
-			tau = power_burst_us(sk, p);
+		if (tau < power_burst_us(sk->sk_gso_max_size, p))
+			tau = power_burst_us(sk->sk_gso_max_size, p);
 	}
 	cwnd = power_start_window(sk, h, power_bdp(p, tau), tau);
 	ca->cwnd = cwnd;
@@ -274,13 +273,10 @@ static __always_inline void power_init(struct sock *sk)
  * sees without queueing, and a τ that small shrinks β and the window to a
  * couple of packets.
  */
-static __always_inline void power_track_base_rtt(struct power_ca *ca,
-						 const struct tcp_sock *tp)
+static __always_inline void power_track_base_rtt(struct power_ca *ca, __u32 srtt_us)
 {
-	__u32 srtt = tp->srtt_us >> 3;
-
-	if (srtt && (!ca->min_rtt_us || srtt < ca->min_rtt_us))
-		ca->min_rtt_us = srtt;
+	if (srtt_us && (!ca->min_rtt_us || srtt_us < ca->min_rtt_us))
+		ca->min_rtt_us = srtt_us;
 }
 
 /*
@@ -322,6 +318,78 @@ static __always_inline void theta_round_power(struct power_ca *ca, __u32 now, __
 	ca->prev_ack_us = now;
 }
 
+/* PowerTCP's power from INT (Algorithm 1, NORMPOWER), for powertcp. */
+#define POWER_CURRENT_MAX (16 * (__s64)FP_ONE)
+
+/*
+ * Normalised power of one hop between two of its records, FP_ONE-scaled,
+ * or -1 when the pair says nothing. *dt_us gets the time between them.
+ */
+static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
+				       __u64 min_bdp, __u64 *dt_us)
+{
+	struct int_delta d;
+	__u64 bdp, denom;
+	__s64 current, voltage;
+
+	if (!int_hop_delta(now_w, prev_w, &d))
+		return -1;
+	/* λ/b: bytes that arrived in dt over the bytes the link can send in dt. */
+	denom = d.mbps * d.dt_ns / 8000; /* b·dt in bytes: Mbit/s · ns / 8000 */
+	current = sdiv64(((__s64)d.q_now - (__s64)d.q_prev + (__s64)d.tx_bytes) * (__s64)FP_ONE,
+			 denom ?: 1);
+	current = clamp_s64(current, -POWER_CURRENT_MAX, POWER_CURRENT_MAX);
+
+	/*
+	 * v/(b·τ): queue plus BDP over the BDP. The BDP is at least one GSO
+	 * packet: a hop that forwards whole GSO packets (veth, a software
+	 * router) cannot keep its link busy with less queued, so a smaller
+	 * BDP would read that packet as congestion.
+	 */
+	bdp = d.mbps * tau_us / 8; /* b·τ in bytes */
+	if (bdp < min_bdp)
+		bdp = min_bdp;
+	voltage = (__s64)((d.q_now + bdp) * FP_ONE / (bdp ?: 1));
+	voltage = clamp_s64(voltage, 0, POWER_SAMPLE_MAX);
+
+	*dt_us = d.dt_ns / 1000;
+	return (current * voltage) >> FP_SHIFT;
+}
+
+/*
+ * NORMPOWER over the hops of a new echo. Returns false when it could not
+ * be used (first echo, a changed path, or a gap that may have wrapped).
+ */
+static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *st,
+				      __u32 tau, __u64 min_bdp)
+{
+	__s64 best = -1, g, sample;
+	__u64 best_dt = 0, dt_us = 0, dtc;
+	bool usable = int_pair_usable(&ca->prev, st);
+	__u32 i;
+
+	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
+		if (i >= st->echo_hops)
+			break;
+		if (int_hop_may_wrap(&ca->prev, st, i))
+			continue;
+		g = hop_power(st->echo[i], ca->prev.hop[i], tau, min_bdp, &dt_us);
+		if (g > best) {
+			best = g;
+			best_dt = dt_us;
+		}
+	}
+	int_prev_save(&ca->prev, st);
+	if (best < 0)
+		return false;
+
+	sample = clamp_s64(best, 0, POWER_SAMPLE_MAX);
+	dtc = best_dt < tau ? best_dt : tau;
+	ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
+	ca->power = clamp_s64(ca->power, POWER_MIN, POWER_MAX);
+	return true;
+}
+
 /*
  * Starts an ACK: counts it, and adopts the kernel's window after an RTO.
  * Returns the parameters, or NULL when there is nothing to do: init() has
@@ -348,35 +416,31 @@ static __always_inline struct power_params *power_ack_begin(struct sock *sk, str
 }
 
 /*
- * Folds the ACK's RTT sample into the round's (θ-PowerTCP, Algorithm 2,
- * NORMPOWER, evaluated once per round by theta_round_power).
+ * Folds an ACK's RTT sample into the round's (θ-PowerTCP, Algorithm 2,
+ * NORMPOWER, evaluated once per round by theta_round_power), and srtt into
+ * the base RTT. Returns whether the sample was usable.
  */
-static __always_inline void theta_ack_sample(struct power_ca *ca, const struct tcp_sock *tp,
-					     const struct rate_sample *rs)
+static __always_inline bool theta_fold_rtt(struct power_ca *ca, long rtt, __u32 srtt_us)
 {
-	long rtt = rs->rtt_us;
-
 	if (rtt <= 0 || rtt >= POWER_RTT_MAX_US)
-		return;
-	stat_add(&stats, STAT_RTT_SAMPLES, 1);
-	power_track_base_rtt(ca, tp);
+		return false;
+	power_track_base_rtt(ca, srtt_us);
 	if (ca->rtt_sum_us + (__u32)rtt > ca->rtt_sum_us) {
 		ca->rtt_sum_us += rtt;
 		ca->rtt_n++;
 	}
+	return true;
 }
 
 /*
- * UPDATEWINDOW: cwnd = γ·(cwnd_old/Γ + β) + (1−γ)·cwnd, then paces at
- * cwnd/τ. The caller decides how often (θ: once per RTT; INT: per ACK)
- * and when cwnd_old moves on.
+ * UPDATEWINDOW: cwnd = γ·(cwnd_old/Γ + β) + (1−γ)·cwnd, in bytes, from the
+ * socket's state alone (u: what the ACK showed of the flow's use). The
+ * caller decides how often (θ: once per RTT; INT: per ACK) and when
+ * cwnd_old moves on.
  */
-static __always_inline void power_update_window(struct sock *sk, struct power_ca *ca,
-						const struct power_params *p,
-						const struct rate_sample *rs, __u32 tau)
+static __always_inline __u64 power_window(const struct power_ca *ca, const struct power_params *p,
+					  __u32 tau, const struct cc_use *u)
 {
-	struct tcp_sock *tp = tcp_sk(sk);
-	__u32 mss = tp->mss_cache ?: 1;
 	__u64 beta, target, gamma, cwnd;
 
 	beta = p->beta_bytes;
@@ -387,12 +451,11 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 	target = ca->cwnd_old * FP_ONE / (__u64)ca->power + beta;
 	cwnd = (gamma * target + (FP_ONE - gamma) * ca->cwnd) >> FP_SHIFT;
 	/*
-	 * Grow only a window that is used (cc_used_window): a flow held back
+	 * Grow only a window that is used (cc_used_bytes): a flow held back
 	 * by the application or the CPU sees low RTTs and Γ < 1, and its
 	 * window would otherwise double every RTT without bound.
 	 */
-	if (cwnd > ca->cwnd)
-		cwnd = max_u64(ca->cwnd, min_u64(cwnd, 2 * cc_used_window(sk, rs, tau)));
+	cwnd = cc_grow_limit(ca->cwnd, cwnd, u, tau);
 	/*
 	 * No more than the host can send in τ: paced at cwnd/τ, a larger
 	 * window would ask for more than host_bw, and could only become
@@ -400,11 +463,20 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 	 * queue at host_bw·τ less the path's BDP.
 	 */
 	cwnd = min_u64(cwnd, power_bdp(p, tau));
-	cwnd = max_u64(cwnd, 2ULL * mss);
+	return max_u64(cwnd, 2ULL * u->mss);
+}
 
-	ca->cwnd = cwnd;
+/* power_window, written to the socket: window and pacing at cwnd/τ. */
+static __always_inline void power_update_window(struct sock *sk, struct power_ca *ca,
+						const struct power_params *p,
+						const struct rate_sample *rs, __u32 tau)
+{
+	struct cc_use u;
+
+	cc_use_of(sk, rs, &u);
+	ca->cwnd = power_window(ca, p, tau, &u);
 	stat_add(&stats, STAT_CWND_UPDATES, 1);
-	cc_set_window(sk, cwnd, tau);
+	cc_set_window(sk, ca->cwnd, tau);
 }
 
 /*
@@ -418,9 +490,10 @@ static __always_inline void theta_ack(struct sock *sk, struct power_ca *ca, cons
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 
-	theta_ack_sample(ca, tp, rs);
+	if (theta_fold_rtt(ca, rs->rtt_us, tp->srtt_us >> 3))
+		stat_add(&stats, STAT_RTT_SAMPLES, 1);
 	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
-		__u32 tau = power_tau(p, ca, power_burst_us(sk, p));
+		__u32 tau = power_tau(p, ca, power_burst_us(sk->sk_gso_max_size, p));
 
 		theta_round_power(ca, (__u32)tp->tcp_mstamp, tau);
 		power_update_window(sk, ca, p, rs, tau);
