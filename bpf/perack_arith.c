@@ -124,7 +124,7 @@ int arith_theta(struct __sk_buff *skb)
 	tau = power_tau(p, ca, power_burst_us(ARITH_GSO, p));
 	theta_round_power(ca, step * 60, tau);
 	arith_use(&u, ca->cwnd, step);
-	ca->cwnd = power_window(ca, p, tau, &u);
+	ca->cwnd = power_window(ca, p, tau, tau, &u);
 	ca->cwnd_old = ca->cwnd;
 	arith_emit(ca->cwnd, tau);
 	return TC_ACT_OK;
@@ -145,7 +145,7 @@ int arith_powertcp(struct __sk_buff *skb)
 	tau = power_tau(p, ca, power_burst_us(ARITH_GSO, p));
 	int_power(ca, &arith_echo, tau, ARITH_GSO);
 	arith_use(&u, ca->cwnd, step);
-	ca->cwnd = power_window(ca, p, tau, &u);
+	ca->cwnd = power_window(ca, p, tau, power_int_beta_tau(p, ca, tau), &u);
 	arith_emit(ca->cwnd, tau);
 	return TC_ACT_OK;
 }

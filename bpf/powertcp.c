@@ -18,7 +18,8 @@
  *
  * τ is base_rtt or, with INT, the smallest RTT sample less the queueing
  * delay its echo reports (Σ qlen_i/b_i), no less than one GSO burst at
- * host_bw.
+ * host_bw. β = host_bw·τ/N takes that base RTT without the GSO floor
+ * (power_int_beta_tau), and at least one MSS.
  *
  * An ACK without INT (no hop on the path, or the peer does not echo) is
  * handled as θ-PowerTCP handles it, from the RTT; the no_int_acks counter
@@ -72,7 +73,7 @@ static __always_inline void powertcp_on_ack(struct sock *sk, const struct rate_s
 	 * about τ later, and remembering cwnd_old every RTT would compound
 	 * cwnd_old/Γ several times on the same stale Γ and oscillate.
 	 */
-	power_update_window(sk, ca, p, rs, tau);
+	power_update_window(sk, ca, p, rs, tau, power_int_beta_tau(p, ca, tau));
 	TRACE_ACK(sk, ca->cwnd, ca->power, int_max_qlen(st), rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_INT);
 	elapsed = (__u32)tp->tcp_mstamp - ca->old_stamp_us;
 	if (elapsed >= tau && (!seq_before(tp->snd_una, ca->last_update_seq) ||

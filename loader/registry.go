@@ -128,7 +128,7 @@ func powerParams() []ParamSpec {
 		hostBWParam("host NIC bandwidth; auto reads the default-route interface's speed"),
 		expectedFlowsParam("N in β = host_bw·τ/N: flows expected to share the NIC"),
 		{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
-			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows",
+			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows, at least one MSS (powertcp: τ without the GSO floor)",
 			Doc: "additive increase β per RTT"},
 	}
 }

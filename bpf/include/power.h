@@ -319,6 +319,22 @@ static __always_inline void theta_round_power(struct power_ca *ca, __u32 now, __
 }
 
 /* PowerTCP's power from INT (Algorithm 1, NORMPOWER), for powertcp. */
+
+/*
+ * The τ in powertcp's β = host_bw·τ/N: base_rtt, or the base RTT INT
+ * measured (the RTT less the queueing the echo reports), without the GSO
+ * floor that τ has elsewhere. At equilibrium the queue holds about Σβ
+ * over the flows, and the floor, one GSO burst at host_bw (524 µs at
+ * 1 Gbit/s), can exceed the path's RTT many times over: with it β alone
+ * kept a standing queue of about host_bw·524 µs. power_window keeps β at
+ * least one MSS.
+ */
+static __always_inline __u32 power_int_beta_tau(const struct power_params *p,
+						 const struct power_ca *ca, __u32 tau)
+{
+	return p->base_rtt_us ?: (ca->min_rtt_us ?: tau);
+}
+
 #define POWER_CURRENT_MAX (16 * (__s64)FP_ONE)
 
 /*
@@ -434,18 +450,19 @@ static __always_inline bool theta_fold_rtt(struct power_ca *ca, long rtt, __u32 
 
 /*
  * UPDATEWINDOW: cwnd = γ·(cwnd_old/Γ + β) + (1−γ)·cwnd, in bytes, from the
- * socket's state alone (u: what the ACK showed of the flow's use). The
- * caller decides how often (θ: once per RTT; INT: per ACK) and when
- * cwnd_old moves on.
+ * socket's state alone (u: what the ACK showed of the flow's use), with
+ * β = beta_bytes or host_bw·beta_tau/N, at least one MSS. The caller
+ * decides how often (θ: once per RTT; INT: per ACK), when cwnd_old moves
+ * on, and beta_tau (θ: τ; INT: power_int_beta_tau).
  */
 static __always_inline __u64 power_window(const struct power_ca *ca, const struct power_params *p,
-					  __u32 tau, const struct cc_use *u)
+					  __u32 tau, __u32 beta_tau, const struct cc_use *u)
 {
 	__u64 beta, target, gamma, cwnd;
 
 	beta = p->beta_bytes;
 	if (!beta)
-		beta = (p->beta_Bpus_fp * tau) >> FP_SHIFT; /* host_bw·τ/N */
+		beta = max_u64((p->beta_Bpus_fp * beta_tau) >> FP_SHIFT, u->mss); /* host_bw·τ/N */
 	gamma = p->gamma > FP_ONE ? FP_ONE : p->gamma;
 
 	target = ca->cwnd_old * FP_ONE / (__u64)ca->power + beta;
@@ -469,12 +486,12 @@ static __always_inline __u64 power_window(const struct power_ca *ca, const struc
 /* power_window, written to the socket: window and pacing at cwnd/τ. */
 static __always_inline void power_update_window(struct sock *sk, struct power_ca *ca,
 						const struct power_params *p,
-						const struct rate_sample *rs, __u32 tau)
+						const struct rate_sample *rs, __u32 tau, __u32 beta_tau)
 {
 	struct cc_use u;
 
 	cc_use_of(sk, rs, &u);
-	ca->cwnd = power_window(ca, p, tau, &u);
+	ca->cwnd = power_window(ca, p, tau, beta_tau, &u);
 	stat_add(&stats, STAT_CWND_UPDATES, 1);
 	cc_set_window(sk, ca->cwnd, tau);
 }
@@ -496,7 +513,7 @@ static __always_inline void theta_ack(struct sock *sk, struct power_ca *ca, cons
 		__u32 tau = power_tau(p, ca, power_burst_us(sk->sk_gso_max_size, p));
 
 		theta_round_power(ca, (__u32)tp->tcp_mstamp, tau);
-		power_update_window(sk, ca, p, rs, tau);
+		power_update_window(sk, ca, p, rs, tau, tau);
 		ca->cwnd_old = ca->cwnd;
 		ca->last_update_seq = tp->snd_nxt;
 		power_hist_record(sk, ca, rs);
