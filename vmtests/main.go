@@ -49,6 +49,7 @@ func guestPackages() []testPackage {
 		}, "|") + ")$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
 		{name: "bench", path: "bench", tests: "^TestProbeECN$"},
+		{name: "perack", path: "bench/perack", tests: "^TestArithmeticState$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
 			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
 			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
