@@ -28,7 +28,7 @@ type ArithCost struct {
 // times.
 func ArithCCs() []string { return []string{"theta_powertcp", "powertcp", "hpcc"} }
 
-// arithProgram is the program that runs cc's arithmetic, or nil.
+// program is the program that runs cc's arithmetic, or nil.
 func (o *arithObjects) program(cc string) *ebpf.Program {
 	switch cc {
 	case "theta_powertcp":
@@ -102,6 +102,7 @@ func MeasureArithmetic(cfg ArithConfig) ([]ArithCost, error) {
 	return out, nil
 }
 
+// median is the median of v, 0 for none.
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
