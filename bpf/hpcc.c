@@ -63,8 +63,7 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 		return;
 	st = bpf_sk_storage_get(&int_store, sk, NULL, 0);
 	if (!st || !st->echo_hops) {
-		if (srtt && (!ca->min_rtt_us || srtt < ca->min_rtt_us))
-			ca->min_rtt_us = srtt;
+		cc_track_min(&ca->min_rtt_us, srtt);
 		stat_add(&stats, STAT_NO_INT_ACKS, 1);
 		return;
 	}

@@ -230,6 +230,25 @@ static __always_inline __s64 clamp_s64(__s64 v, __s64 lo, __s64 hi)
 	return v < lo ? lo : (v > hi ? hi : v);
 }
 
+/*
+ * PowerTCP's and HPCC's smoothing of a signal over time: the sample is
+ * weighed in by dt/tau, so that samples dt apart move the average as much
+ * per unit of time however often they come; a sample dt ≥ tau replaces it.
+ */
+static __always_inline __s64 cc_dt_ewma(__s64 avg, __s64 sample, __u64 dt, __u32 tau)
+{
+	if (dt >= tau)
+		return sample;
+	return sdiv64(avg * (__s64)(tau - dt) + sample * (__s64)dt, tau);
+}
+
+/* Lowers *min to v; 0 in *min means none yet, and v = 0 is no sample. */
+static __always_inline void cc_track_min(__u32 *min, __u32 v)
+{
+	if (v && (!*min || v < *min))
+		*min = v;
+}
+
 /* Bandwidth-delay product in bytes for bw bits/s and rtt microseconds. */
 static __always_inline __u64 bdp_bytes(__u64 bw_bps, __u32 rtt_us)
 {

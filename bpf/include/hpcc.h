@@ -87,7 +87,7 @@ static __always_inline bool hpcc_measure(struct hpcc_ca *ca, const struct int_sk
 					 __u32 t, __u64 min_bt)
 {
 	__s64 best = -1, u;
-	__u64 best_dt = 0, dt_us = 0, tau;
+	__u64 best_dt = 0, dt_us = 0;
 	bool usable = int_pair_usable(&ca->prev, st);
 	__u32 i;
 
@@ -105,8 +105,7 @@ static __always_inline bool hpcc_measure(struct hpcc_ca *ca, const struct int_sk
 	int_prev_save(&ca->prev, st);
 	if (best < 0)
 		return false;
-	tau = best_dt < t ? best_dt : t;
-	ca->u = sdiv64(ca->u * (__s64)(t - tau) + clamp_s64(best, 0, HPCC_U_MAX) * (__s64)tau, t);
+	ca->u = cc_dt_ewma(ca->u, clamp_s64(best, 0, HPCC_U_MAX), best_dt, t);
 	return true;
 }
 

@@ -253,9 +253,11 @@ static __always_inline void power_init(struct sock *sk)
 		ca->min_rtt_us = h->min_rtt_us;
 	tau = p->base_rtt_us;
 	if (!tau) {
+		__u32 floor_us = power_burst_us(sk->sk_gso_max_size, p);
+
 		tau = ca->min_rtt_us ?: (tp->srtt_us >> 3) ?: POWER_FALLBACK_RTT_US;
-		if (tau < power_burst_us(sk->sk_gso_max_size, p))
-			tau = power_burst_us(sk->sk_gso_max_size, p);
+		if (tau < floor_us)
+			tau = floor_us;
 	}
 	cwnd = power_start_window(sk, h, power_bdp(p, tau), tau);
 	ca->cwnd = cwnd;
@@ -275,8 +277,7 @@ static __always_inline void power_init(struct sock *sk)
  */
 static __always_inline void power_track_base_rtt(struct power_ca *ca, __u32 srtt_us)
 {
-	if (srtt_us && (!ca->min_rtt_us || srtt_us < ca->min_rtt_us))
-		ca->min_rtt_us = srtt_us;
+	cc_track_min(&ca->min_rtt_us, srtt_us);
 }
 
 /*
@@ -290,7 +291,7 @@ static __always_inline void power_track_base_rtt(struct power_ca *ca, __u32 srtt
  */
 static __always_inline void theta_round_power(struct power_ca *ca, __u32 now, __u32 tau)
 {
-	__u32 rtt, dt, dtc;
+	__u32 rtt, dt;
 	__s64 grad, sample;
 
 	if (!ca->rtt_n)
@@ -305,14 +306,7 @@ static __always_inline void theta_round_power(struct power_ca *ca, __u32 now, __
 		sample = sdiv64((grad + (__s64)FP_ONE) * (__s64)rtt, tau);
 		sample = clamp_s64(sample, -POWER_SAMPLE_MAX, POWER_SAMPLE_MAX);
 
-		/* A round at least τ long replaces Γ outright: no division. */
-		if (dt >= tau) {
-			ca->power = sample;
-		} else {
-			dtc = dt;
-			ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
-		}
-		ca->power = clamp_s64(ca->power, POWER_MIN, POWER_MAX);
+		ca->power = clamp_s64(cc_dt_ewma(ca->power, sample, dt, tau), POWER_MIN, POWER_MAX);
 	}
 	ca->prev_rtt_us = rtt;
 	ca->prev_ack_us = now;
@@ -380,7 +374,7 @@ static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *
 				      __u32 tau, __u64 min_bdp)
 {
 	__s64 best = -1, g, sample;
-	__u64 best_dt = 0, dt_us = 0, dtc;
+	__u64 best_dt = 0, dt_us = 0;
 	bool usable = int_pair_usable(&ca->prev, st);
 	__u32 i;
 
@@ -400,9 +394,7 @@ static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *
 		return false;
 
 	sample = clamp_s64(best, 0, POWER_SAMPLE_MAX);
-	dtc = best_dt < tau ? best_dt : tau;
-	ca->power = sdiv64(ca->power * (__s64)(tau - dtc) + sample * (__s64)dtc, tau);
-	ca->power = clamp_s64(ca->power, POWER_MIN, POWER_MAX);
+	ca->power = clamp_s64(cc_dt_ewma(ca->power, sample, best_dt, tau), POWER_MIN, POWER_MAX);
 	return true;
 }
 
