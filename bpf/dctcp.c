@@ -108,16 +108,23 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 		       sizeof(fallback_cc));
 }
 
+/* The window DCTCP cuts cwnd to: cwnd·(1 - α/2), at least 2. */
+static __always_inline __u32 dctcp_cut(__u32 cwnd, __u32 alpha)
+{
+	__u32 cut = (__u32)(((__u64)cwnd * alpha) >> (DCTCP_ALPHA_SHIFT + 1));
+
+	return cwnd - cut > 2 ? cwnd - cut : 2;
+}
+
 SEC("struct_ops")
 __u32 BPF_PROG(dctcp_ssthresh, struct sock *sk)
 {
 	struct dctcp_ca *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u32 cwnd = tp->snd_cwnd;
-	__u32 cut = (__u32)(((__u64)cwnd * ca->alpha) >> (DCTCP_ALPHA_SHIFT + 1));
 
 	ca->loss_cwnd = cwnd;
-	return cwnd - cut > 2 ? cwnd - cut : 2;
+	return dctcp_cut(cwnd, ca->alpha);
 }
 
 /* Once per window of data: fold the CE fraction into α. */
@@ -155,10 +162,39 @@ static __always_inline void dctcp_update_alpha(struct sock *sk)
 	dctcp_reset_window(tp, ca);
 }
 
+/*
+ * Repairs the window after the kernel skipped ssthresh(). A kernel can
+ * call a struct_ops CC's callback through a BPF trampoline that does not
+ * run the program and returns a stale stack word instead: on one 6.18
+ * host kernel this happened about once a second under load, always to
+ * ssthresh() on entry to CWR (docs/design.md, "DCTCP in BPF"). The kernel
+ * then stores that word as snd_ssthresh, and PRR turns it into a window
+ * of hundreds of millions of packets, which empties the send buffer into
+ * the bottleneck. No ssthresh this CC or the kernel computes exceeds
+ * TCP_INFINITE_SSTHRESH, so a larger one is redone here from prior_cwnd,
+ * the window the kernel saved just before it called ssthresh(), on the
+ * next ACK. The ACK that carried the skip has sent its burst by then; the
+ * repair ends the episode there instead of letting the window decay one
+ * cut per round trip.
+ */
+static __always_inline void dctcp_repair(struct tcp_sock *tp, struct dctcp_ca *ca)
+{
+	__u32 prior = tp->prior_cwnd;
+
+	if (tp->snd_ssthresh <= TCP_INFINITE_SSTHRESH)
+		return;
+	ca->loss_cwnd = prior;
+	tp->snd_ssthresh = dctcp_cut(prior, ca->alpha);
+	if (tp->snd_cwnd > prior)
+		tp->snd_cwnd = tp->snd_ssthresh;
+	stat_add(&stats, STAT_REPAIRS, 1);
+}
+
 SEC("struct_ops")
 void BPF_PROG(dctcp_in_ack_event, struct sock *sk, __u32 flags)
 {
 	stat_add(&stats, STAT_ACKS, 1);
+	dctcp_repair(tcp_sk(sk), inet_csk_ca(sk));
 	dctcp_update_alpha(sk);
 }
 

@@ -22,6 +22,7 @@ var statNames = [...]string{
 	"int_samples",
 	"no_int_acks",
 	"hist_starts",
+	"repairs",
 }
 
 // Stats are a CC's counters, summed over CPUs, keyed by name.

@@ -86,6 +86,7 @@ enum ccload_stat {
 	STAT_INT_SAMPLES,	/* ACKs that brought new INT records (PowerTCP, HPCC) */
 	STAT_NO_INT_ACKS,	/* ACKs handled without INT: θ mode (PowerTCP) */
 	STAT_HIST_STARTS,	/* flows that started from a recent flow's rate (PowerTCP) */
+	STAT_REPAIRS,		/* windows repaired after a callback the kernel skipped (DCTCP) */
 	STAT_MAX,
 };
 
