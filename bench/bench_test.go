@@ -126,6 +126,8 @@ func TestConfigValidation(t *testing.T) {
 		{"fine sampling", Config{Scenario: ScenarioLongflow, SampleInterval: time.Microsecond}, "sample interval"},
 		{"too many repeats", Config{Scenario: ScenarioLongflow, Repeat: MaxRepeat + 1}, "repeat"},
 		{"negative repeats", Config{Scenario: ScenarioLongflow, Repeat: -1}, "repeat"},
+		{"unknown marker", Config{Scenario: ScenarioLongflow, Marker: "red"}, `ECN marker "red"`},
+		{"fq_codel without K", Config{Scenario: ScenarioLongflow, Marker: MarkerFQCodel, NoECN: true}, "no ECN threshold"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.withDefaults().validate()
@@ -136,6 +138,9 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if err := (Config{Scenario: ScenarioIncast}).withDefaults().validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+	if c := (Config{Scenario: ScenarioIncast}).withDefaults(); c.Marker != MarkerHop {
+		t.Errorf("default marker %q, want %q", c.Marker, MarkerHop)
 	}
 }
 

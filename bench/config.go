@@ -54,6 +54,11 @@ type Config struct {
 	ECNThresholdBytes uint32
 	// NoECN turns CE marking off.
 	NoECN bool
+	// Marker is what marks CE at ECNThresholdBytes: MarkerHop (the INT
+	// hop's model of the queue, the default) or MarkerFQCodel (the
+	// bottleneck's leaf is fq_codel with ce_threshold K·8/rate, a real AQM;
+	// it needs CONFIG_NET_SCH_FQ_CODEL).
+	Marker string
 	// ACKPadding makes the INT hop refresh its record on returning ACKs.
 	ACKPadding bool
 	// Fanout and IncastBytes shape the incast scenario.
@@ -88,13 +93,16 @@ const (
 	DefaultRateBps           = 1_000_000_000
 	DefaultBufferBytes       = 1 << 20
 	DefaultECNThresholdBytes = 30_000
-	DefaultLoad              = 0.6
-	DefaultFanout            = 10
-	DefaultIncastBytes       = 64 << 10
-	DefaultSenders           = 8
-	DefaultFlows             = 4
-	DefaultSampleInterval    = 100 * time.Microsecond
-	DefaultSeed              = 1
+	// MarkerHop and MarkerFQCodel are the values of Config.Marker.
+	MarkerHop             = "hop"
+	MarkerFQCodel         = "fq_codel"
+	DefaultLoad           = 0.6
+	DefaultFanout         = 10
+	DefaultIncastBytes    = 64 << 10
+	DefaultSenders        = 8
+	DefaultFlows          = 4
+	DefaultSampleInterval = 100 * time.Microsecond
+	DefaultSeed           = 1
 	// MaxRepeat bounds Config.Repeat.
 	MaxRepeat = 50
 )
@@ -141,6 +149,9 @@ func (c Config) withDefaults() Config {
 	if c.NoECN {
 		c.ECNThresholdBytes = 0
 	}
+	if c.Marker == "" {
+		c.Marker = MarkerHop
+	}
 	if c.Fanout == 0 {
 		c.Fanout = DefaultFanout
 	}
@@ -184,6 +195,12 @@ func (c Config) validate() error {
 			break
 		}
 		seen[cc] = true
+	}
+	switch {
+	case c.Marker != MarkerHop && c.Marker != MarkerFQCodel:
+		errs = append(errs, fmt.Errorf("ECN marker %q: use %s (the INT hop) or %s (the bottleneck's AQM)", c.Marker, MarkerHop, MarkerFQCodel))
+	case c.Marker == MarkerFQCodel && c.ECNThresholdBytes == 0:
+		errs = append(errs, fmt.Errorf("ECN marker %s with no ECN threshold: give --ecn-threshold above 0", MarkerFQCodel))
 	}
 	if c.Load <= 0 || c.Load > 1 {
 		errs = append(errs, fmt.Errorf("load %g: give a fraction of the bottleneck in (0, 1], e.g. 0.6", c.Load))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ccload/ccload/bench/stats"
+	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -59,6 +60,12 @@ func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *pro
 	defer closeSink()
 	costBefore := costs.snapshot()
 	cpuBefore, cpuErr := readCPUTimes()
+	countersBefore := r.ccCounters(cc)
+	defer func() {
+		if err == nil {
+			res.CCCounters = counterDelta(countersBefore, r.ccCounters(cc))
+		}
+	}()
 
 	// Sampling covers the traffic and the drain after it.
 	sctx, stop := context.WithTimeout(ctx, c.Duration+drainGrace+5*time.Second)
@@ -335,4 +342,31 @@ func (m *modelSampler) summarise(res *RunResult, offset, d time.Duration) {
 	}
 	sum := stats.Summary(q)
 	res.INTQueueP50Bytes, res.INTQueueP99Bytes = sum.P50, sum.P99
+}
+
+// ccCounters reads the counters of ccload's CC cc; nil for a kernel CC or
+// when they can't be read.
+func (r *runner) ccCounters(cc string) loader.Stats {
+	if r.builtin[cc] == nil {
+		return nil
+	}
+	st, err := r.l.Stats(cc)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// counterDelta is after − before for each counter both hold.
+func counterDelta(before, after loader.Stats) map[string]uint64 {
+	if before == nil || after == nil {
+		return nil
+	}
+	d := make(map[string]uint64, len(after))
+	for k, a := range after {
+		if b, ok := before[k]; ok && a >= b {
+			d[k] = a - b
+		}
+	}
+	return d
 }

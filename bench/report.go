@@ -26,8 +26,16 @@ func (r *Report) Table(w io.Writer) error {
 	if res.Repeat > 1 {
 		repeats = fmt.Sprintf(", %d repeats", res.Repeat)
 	}
-	fmt.Fprintf(w, "%s: %s bottleneck, %d KiB buffer, base RTT %.0fus, %v per CC%s, %s, kernel %s\n",
-		res.Scenario, formatRate(float64(res.Topology.RateBps)), res.Topology.BufferBytes>>10, res.Topology.BaseRTTMicros,
+	marking := ""
+	if t := res.Topology; t.ECNThresholdBytes > 0 {
+		by := t.ECNMarker
+		if by == "" {
+			by = MarkerHop
+		}
+		marking = fmt.Sprintf(", CE above %d KB by %s", t.ECNThresholdBytes/1000, by)
+	}
+	fmt.Fprintf(w, "%s: %s bottleneck, %d KiB buffer%s, base RTT %.0fus, %v per CC%s, %s, kernel %s\n",
+		res.Scenario, formatRate(float64(res.Topology.RateBps)), res.Topology.BufferBytes>>10, marking, res.Topology.BaseRTTMicros,
 		time.Duration(res.Workload.DurationSeconds*float64(time.Second)), repeats, workloadText(res.Workload), res.Machine.Kernel)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	head := []string{"cc", "ran as", "Mbit/s", "util %", "queue KB p50", "p99", "max", "INT q p99", "drops", "retrans"}

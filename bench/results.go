@@ -61,7 +61,10 @@ type Topology struct {
 	RateBps           uint64 `json:"bottleneck_bps"`
 	BufferBytes       uint32 `json:"buffer_bytes"`
 	ECNThresholdBytes uint32 `json:"ecn_threshold_bytes"`
-	ACKPadding        bool   `json:"ack_padding"`
+	// ECNMarker is what marked CE: "hop" (the INT hop) or "fq_codel" (the
+	// bottleneck's AQM). Results from before it existed have none: "hop".
+	ECNMarker  string `json:"ecn_marker,omitempty"`
+	ACKPadding bool   `json:"ack_padding"`
 	// BaseRTTMicros is the path's RTT with an empty queue, measured.
 	BaseRTTMicros float64 `json:"base_rtt_us"`
 }
@@ -192,6 +195,9 @@ type RunResult struct {
 	// /proc/stat. Senders, router and receiver share this host, so it
 	// covers the whole emulated network.
 	CPUBusy float64 `json:"cpu_busy"`
+	// CCCounters are ccload's CC's own counters over the run (loader.Stats:
+	// loss_events, fallbacks, repairs, ...); none for kernel CCs.
+	CCCounters map[string]uint64 `json:"cc_counters,omitempty"`
 	// Incast is how the incasts' queues drained (incast scenario only).
 	Incast *IncastDrain `json:"incast,omitempty"`
 

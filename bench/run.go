@@ -107,10 +107,17 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		r.say("note: no BPF run-time statistics (%v); the bpf columns stay empty", costs.err)
 	}
 
-	r.say("building %d sender(s) -> router -> receiver: %s bottleneck, %d KiB buffer, INT hop (ECN K %d B, ACK padding %v)",
-		cfg.senderCount(), units.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, cfg.ECNThresholdBytes, cfg.ACKPadding)
+	r.say("building %d sender(s) -> router -> receiver: %s bottleneck, %d KiB buffer, INT hop, ECN K %d B marked by %s (ACK padding %v)",
+		cfg.senderCount(), units.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, cfg.ECNThresholdBytes, cfg.Marker, cfg.ACKPadding)
+	// One marker at a time: the hop marks on its model of the queue, or
+	// fq_codel marks on the sojourn time that K takes to drain at the rate.
+	hopK, aqmK := cfg.ECNThresholdBytes, time.Duration(0)
+	if cfg.Marker == MarkerFQCodel {
+		hopK, aqmK = 0, time.Duration(float64(cfg.ECNThresholdBytes)*8/float64(cfg.RateBps)*float64(time.Second))
+	}
 	r.topo, err = testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
-		Senders: cfg.senderCount(), BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix})
+		Senders: cfg.senderCount(), BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix,
+		ECNThreshold: aqmK})
 	if err != nil {
 		return nil, fmt.Errorf("build the bench topology: %w", err)
 	}
@@ -121,7 +128,7 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	}()
 	if err := r.topo.Router.Do(func() (err error) {
 		r.hop, err = hop.New(hop.Config{Iface: r.topo.BottleneckIface, RateBps: cfg.RateBps,
-			BufferBytes: cfg.BufferBytes, BurstBytes: r.topo.BurstBytes(), ECNThreshold: cfg.ECNThresholdBytes,
+			BufferBytes: cfg.BufferBytes, BurstBytes: r.topo.BurstBytes(), ECNThreshold: hopK,
 			ACKPadding: cfg.ACKPadding})
 		return err
 	}); err != nil {
@@ -144,7 +151,7 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		Started:  time.Now().UTC().Round(time.Second),
 		Machine:  machine(),
 		Topology: Topology{Kind: "dumbbell", Senders: cfg.senderCount(), RateBps: cfg.RateBps, BufferBytes: cfg.BufferBytes,
-			ECNThresholdBytes: cfg.ECNThresholdBytes, ACKPadding: cfg.ACKPadding,
+			ECNThresholdBytes: cfg.ECNThresholdBytes, ECNMarker: cfg.Marker, ACKPadding: cfg.ACKPadding,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},
 		Workload:     workloadOf(cfg),
 		Repeat:       cfg.Repeat,

@@ -64,4 +64,14 @@ go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -p 1 -ti
 
 step "vmtests: the kernel tests on Debian's 6.1 and 6.12 kernels"
 go run ./vmtests --kernel 6.1 --kernel 6.12 || status=1
+
+# The guest bench path end to end: the kernel's dctcp and bpf_dctcp on a
+# real AQM (fq_codel, which this host lacks). It asserts that the bench ran
+# and its results came back, not what they say: TCG's speed is no measure.
+step "vmtests --bench: a quick longflow with dctcp and bpf_dctcp on fq_codel, in the 6.12 guest"
+bench_out=$(mktemp -d)
+go run ./vmtests --kernel 6.12 --bench-out "$bench_out" \
+	--bench '--scenario longflow --quick --cc dctcp,bpf_dctcp --marker fq_codel --control-plane-runs 0' || status=1
+[ -s "$bench_out"/*/results.json ] || { echo "vmtests --bench brought back no results.json" >&2; status=1; }
+rm -rf "$bench_out"
 exit $status

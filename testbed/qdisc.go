@@ -231,7 +231,7 @@ func installBottleneck(h *Host, ifname string, spec bottleneckSpec) (err error) 
 		// that the kernel does not know the kind ("Specified qdisc kind is
 		// unknown").
 		if errors.Is(err, unix.ENOENT) {
-			err = fmt.Errorf("%w: %w", ErrQdiscNotSupported, err)
+			err = fmt.Errorf("%w (load sch_fq_codel, or build a kernel with CONFIG_NET_SCH_FQ_CODEL): %w", ErrQdiscNotSupported, err)
 		}
 		return fmt.Errorf("add fq_codel ECN-marking leaf qdisc (ce_threshold %v) on %s in netns %s: %w",
 			spec.ecnThreshold, ifname, h.Name, err)

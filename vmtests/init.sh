@@ -25,6 +25,16 @@ echo "CCLOAD-VMTEST status-end"
 echo "CCLOAD-VMTEST available $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
 
 export CCLOAD_NO_SKIP=1 CCLOAD_IN_VM=1 HOME=/tmp
+# vmtests --bench: one `ccload bench` run instead of the tests; its --out
+# directory comes back over the console as a base64 tar.gz.
+if [ -s /etc/bench-args ]; then
+	echo "CCLOAD-VMTEST bench-begin"
+	/bin/ccload bench $(cat /etc/bench-args) --out /tmp/bench 2>&1
+	echo "CCLOAD-VMTEST bench-end exit=$?"
+	echo "CCLOAD-VMTEST bench-archive-begin"
+	[ -d /tmp/bench ] && tar czf - -C /tmp bench | base64
+	echo "CCLOAD-VMTEST bench-archive-end"
+fi
 while IFS='|' read -r pkg regex; do
 	[ -n "$pkg" ] || continue
 	echo "CCLOAD-VMTEST begin $pkg"

@@ -52,7 +52,7 @@ func buildBinaries(ctx context.Context, root, dir string, pkgs []testPackage) er
 
 // buildInitramfs assembles the guest's root file system for k and packs
 // it as a gzip'd newc cpio archive at out.
-func buildInitramfs(ctx context.Context, k *kernel, bins string, pkgs []testPackage, out string) error {
+func buildInitramfs(ctx context.Context, k *kernel, bins string, pkgs []testPackage, bench []string, out string) error {
 	rootfs, err := os.MkdirTemp("", "ccload-vmtest-rootfs-")
 	if err != nil {
 		return err
@@ -92,6 +92,11 @@ func buildInitramfs(ctx context.Context, k *kernel, bins string, pkgs []testPack
 	}
 	if err := os.WriteFile(filepath.Join(rootfs, "tests", "manifest"), []byte(manifest.String()), 0o644); err != nil {
 		return err
+	}
+	if len(bench) > 0 {
+		if err := os.WriteFile(filepath.Join(rootfs, "etc", "bench-args"), []byte(strings.Join(bench, " ")+"\n"), 0o644); err != nil {
+			return err
+		}
 	}
 
 	// Modules, decompressed (busybox insmod reads plain .ko), in load order.

@@ -4,6 +4,15 @@
 //
 //	go run ./vmtests --kernel 6.1 --kernel 6.12
 //
+// With --bench it runs one `ccload bench` in each guest instead of the
+// tests, for what the host's kernel lacks (the kernel's dctcp, fq_codel):
+//
+//	go run ./vmtests --kernel 6.12 --bench '--scenario longflow --cc dctcp,bpf_dctcp --rate 100mbit --marker fq_codel'
+//
+// The guest's results.json and plots land in --bench-out/<kernel release>.
+// Under TCG the guest is far slower than the host: compare CCs within one
+// guest run, not with the host's figures.
+//
 // For each kernel it downloads the Debian cloud kernel package (once; the
 // cache survives between runs), builds an initramfs with busybox, static
 // test binaries, the ccload binary and the needed modules, boots it (KVM
@@ -72,6 +81,8 @@ type options struct {
 	jsonOut      string
 	updateReadme string
 	verbose      bool
+	bench        []string // ccload bench's arguments (--bench); no tests then
+	benchOut     string
 }
 
 func main() {
@@ -86,9 +97,24 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "copy every guest's console to stdout")
 	var only kernelFlags
 	flag.Var(&only, "only", "run only PKG's tests matching REGEXP in the guest, as PKG=REGEXP (repeatable; PKG is a directory of the module)")
+	var benchLine string
+	flag.StringVar(&benchLine, "bench", "", "run `ccload bench ARGS` in each guest instead of the tests (ARGS split at white space; no --out)")
+	flag.StringVar(&o.benchOut, "bench-out", "vmtests-bench", "with --bench: the guests' results.json and plots go to DIR/<kernel release>")
 	flag.Parse()
 	o.kernels = ks
 	o.only = only
+	if benchLine != "" {
+		args, err := benchArgs(benchLine)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "vmtests: %v\n", err)
+			os.Exit(2)
+		}
+		if len(only) > 0 {
+			fmt.Fprintln(os.Stderr, "vmtests: --bench runs no tests; leave out --only")
+			os.Exit(2)
+		}
+		o.bench = args
+	}
 	if len(o.kernels) == 0 || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE]")
 		os.Exit(2)
@@ -142,6 +168,9 @@ func run(ctx context.Context, o options) int {
 	defer os.RemoveAll(work)
 
 	pkgs := guestPackages()
+	if o.bench != nil {
+		pkgs = nil
+	}
 	if len(o.only) > 0 {
 		pkgs = nil
 		for _, o := range o.only {
@@ -170,6 +199,9 @@ func run(ctx context.Context, o options) int {
 		results = append(results, r)
 	}
 
+	if o.bench != nil {
+		return reportBench(os.Stdout, results, time.Since(start), logf)
+	}
 	printTable(os.Stdout, results)
 	total := time.Since(start).Round(time.Second)
 	logf("total %v on %d kernels", total, len(results))
@@ -237,7 +269,7 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 	}
 	r.Package, r.Release = k.pkg, k.release
 	initrd := filepath.Join(work, "initrd-"+spec.series+".gz")
-	if err := buildInitramfs(ctx, k, work, pkgs, initrd); err != nil {
+	if err := buildInitramfs(ctx, k, work, pkgs, o.bench, initrd); err != nil {
 		return fail(fmt.Errorf("initramfs: %w", err))
 	}
 
@@ -263,7 +295,7 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 			if !errors.Is(err, errNoBoot) {
 				saveKVMVerdict(o.cache, true)
 				r.Accel = "kvm"
-				return finish(r, t0, text, err, logf)
+				return finish(r, o, t0, text, err, logf)
 			}
 			saveKVMVerdict(o.cache, false)
 			logf("kernel %s: KVM does not boot guests here; using TCG", k.release)
@@ -285,10 +317,10 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 		r.Notes = append(r.Notes, "the first boot panicked ("+first+"); the result is the second boot's")
 		text, err = bootVM(ctx, k, initrd, accel, o.timeout, 0, console)
 	}
-	return finish(r, t0, text, err, logf)
+	return finish(r, o, t0, text, err, logf)
 }
 
-func finish(r kernelResult, t0 time.Time, text string, err error, logf func(string, ...any)) kernelResult {
+func finish(r kernelResult, o options, t0 time.Time, text string, err error, logf func(string, ...any)) kernelResult {
 	r.Seconds = time.Since(t0).Seconds()
 	parseConsole(text, &r)
 	if err != nil {
@@ -299,6 +331,7 @@ func finish(r kernelResult, t0 time.Time, text string, err error, logf func(stri
 			r.Error = "insmod failed: " + m
 		}
 	}
+	r = collectBench(r, o, text, logf)
 	logf("kernel %s: %s", r.Release, map[bool]string{true: "ok", false: "FAILED"}[r.ok()])
 	return r
 }

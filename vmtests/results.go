@@ -66,9 +66,14 @@ type kernelResult struct {
 	ConsoleLogLoc string      `json:"console_log"`
 	// Notes say what happened beside the tests, e.g. a retried boot.
 	Notes []string `json:"notes,omitempty"`
+	// Bench is the guest's bench run (--bench), which replaces the tests.
+	Bench *benchResult `json:"bench,omitempty"`
 }
 
 func (k kernelResult) ok() bool {
+	if k.Bench != nil {
+		return k.Error == "" && k.Bench.Exit == 0 && k.Bench.Dir != ""
+	}
 	if k.Error != "" || len(k.Packages) == 0 {
 		return false
 	}

@@ -61,8 +61,11 @@ Scenarios:
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
 CCs are attached for the run if they are not attached yet, and INT is
 turned on (for 198.18.0.0/15 and fd00::/8) around the runs of powertcp and
-hpcc; both are undone at the end, also on Ctrl-C. The INT hop marks CE above
---ecn-threshold for bpf_dctcp.
+hpcc; both are undone at the end, also on Ctrl-C. CCs that ask for ECN
+(bpf_dctcp, the kernel's dctcp) get CE marks above --ecn-threshold: from
+the INT hop's model of the queue (--marker hop), or from a real AQM, an
+fq_codel leaf with ce_threshold (--marker fq_codel; kernels without
+sch_fq_codel, like some cloud hosts', can't).
 
 The table goes to stdout; --out gets results.json (schema: 'ccload bench
 --schema') and PNG plots of the queue, the throughput and the FCTs.
@@ -130,6 +133,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.StringVar(&sizes.Rate, "rate", "1gbit", "bottleneck rate")
 	f.StringVar(&sizes.Buffer, "buffer", "1MiB", "bottleneck buffer")
 	f.StringVar(&sizes.ECNThreshold, "ecn-threshold", "30KB", "INT hop marks CE above this queue (DCTCP's K); 0 turns it off")
+	f.StringVar(&cfg.Marker, "marker", bench.MarkerHop, "what marks CE at --ecn-threshold: hop (the INT hop's model of the queue) or fq_codel (the bottleneck's leaf qdisc, ce_threshold = K at the rate; needs CONFIG_NET_SCH_FQ_CODEL)")
 	f.BoolVar(&cfg.ACKPadding, "ack-padding", false, "the INT hop refreshes its record on returning ACKs (FastTune)")
 	f.IntVar(&cfg.Fanout, "fanout", bench.DefaultFanout, "incast: senders per incast")
 	f.StringVar(&sizes.IncastSize, "incast-size", "64KiB", "incast: bytes each incast sender sends")
