@@ -109,14 +109,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "vmtests: %v\n", err)
 			os.Exit(2)
 		}
-		if len(only) > 0 {
-			fmt.Fprintln(os.Stderr, "vmtests: --bench runs no tests; leave out --only")
+		if len(only) > 0 || o.updateReadme != "" {
+			fmt.Fprintln(os.Stderr, "vmtests: --bench runs no tests; leave out --only and --update-readme")
 			os.Exit(2)
 		}
 		o.bench = args
 	}
 	if len(o.kernels) == 0 || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE] [--bench 'BENCH ARGS' [--bench-out DIR]]")
 		os.Exit(2)
 	}
 	// Every tool first: a fresh machine should learn what to install now,
