@@ -86,23 +86,10 @@ static __always_inline __s64 hop_inflight(__u64 now_w, __u64 prev_w, __u32 t_us,
 static __always_inline bool hpcc_measure(struct hpcc_ca *ca, const struct int_sk *st,
 					 __u32 t, __u64 min_bt)
 {
-	__s64 best = -1, u;
-	__u64 best_dt = 0, dt_us = 0;
-	bool usable = int_pair_usable(&ca->prev, st);
-	__u32 i;
+	__s64 best;
+	__u64 best_dt;
 
-	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
-		if (i >= st->echo_hops)
-			break;
-		if (int_hop_may_wrap(&ca->prev, st, i))
-			continue;
-		u = hop_inflight(st->echo[i], ca->prev.hop[i], t, min_bt, &dt_us);
-		if (u > best) {
-			best = u;
-			best_dt = dt_us;
-		}
-	}
-	int_prev_save(&ca->prev, st);
+	INT_WORST_HOP(&ca->prev, st, hop_inflight, t, min_bt, best, best_dt);
 	if (best < 0)
 		return false;
 	ca->u = cc_dt_ewma(ca->u, clamp_s64(best, 0, HPCC_U_MAX), best_dt, t);

@@ -172,6 +172,38 @@ static __always_inline void int_prev_save(struct int_prev *prev, const struct in
 	prev->echo_ns = st->echo_ns;
 }
 
+/*
+ * The worst hop of a new echo against the previous one: the largest
+ * HOP_SAMPLE(now, prev, t_us, min_bytes, &dt_us) over the hops that can be
+ * compared, into best (-1 when none can: a first echo, a changed path, a
+ * gap that may have wrapped) and its Δt into best_dt. The new echo then
+ * becomes the previous one. HOP_SAMPLE is a per-hop function of that
+ * signature returning __s64 (PowerTCP's hop_power, HPCC's hop_inflight);
+ * a macro, so that it stays a direct, inlined call.
+ */
+#define INT_WORST_HOP(prev, st, HOP_SAMPLE, t_us, min_bytes, best, best_dt)          \
+	do {                                                                         \
+		bool usable_ = int_pair_usable(prev, st);                            \
+		__u64 dt_ = 0;                                                       \
+		__s64 s_;                                                            \
+		__u32 i_;                                                            \
+                                                                                     \
+		(best) = -1;                                                         \
+		(best_dt) = 0;                                                       \
+		for (i_ = 0; i_ < INT_MAX_HOPS && usable_; i_++) {                   \
+			if (i_ >= (st)->echo_hops)                                   \
+				break;                                               \
+			if (int_hop_may_wrap(prev, st, i_))                          \
+				continue;                                            \
+			s_ = HOP_SAMPLE((st)->echo[i_], (prev)->hop[i_], t_us, min_bytes, &dt_); \
+			if (s_ > (best)) {                                           \
+				(best) = s_;                                         \
+				(best_dt) = dt_;                                     \
+			}                                                            \
+		}                                                                    \
+		int_prev_save(prev, st);                                             \
+	} while (0)
+
 /* What one hop did between two of its records. */
 struct int_delta {
 	__u64 mbps;		/* link rate */

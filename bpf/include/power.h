@@ -373,23 +373,10 @@ static __always_inline __s64 hop_power(__u64 now_w, __u64 prev_w, __u32 tau_us,
 static __always_inline bool int_power(struct power_ca *ca, const struct int_sk *st,
 				      __u32 tau, __u64 min_bdp)
 {
-	__s64 best = -1, g, sample;
-	__u64 best_dt = 0, dt_us = 0;
-	bool usable = int_pair_usable(&ca->prev, st);
-	__u32 i;
+	__s64 best, sample;
+	__u64 best_dt;
 
-	for (i = 0; i < INT_MAX_HOPS && usable; i++) {
-		if (i >= st->echo_hops)
-			break;
-		if (int_hop_may_wrap(&ca->prev, st, i))
-			continue;
-		g = hop_power(st->echo[i], ca->prev.hop[i], tau, min_bdp, &dt_us);
-		if (g > best) {
-			best = g;
-			best_dt = dt_us;
-		}
-	}
-	int_prev_save(&ca->prev, st);
+	INT_WORST_HOP(&ca->prev, st, hop_power, tau, min_bdp, best, best_dt);
 	if (best < 0)
 		return false;
 
