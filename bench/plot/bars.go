@@ -116,15 +116,9 @@ func bar(path string, opts BarOptions, bars Bars) error {
 	}
 
 	r := valueRange(bars.Series)
-	var logY bool
-	switch opts.Scale {
-	case ScaleAuto:
-		logY = r.minNeg == 0 && r.minPos > 0 && r.maxPos/r.minPos > 100
-	case ScaleLinear:
-	case ScaleLog:
-		logY = true
-	default:
-		return fmt.Errorf("unknown scale %v", opts.Scale)
+	logY, err := opts.Scale.log(r)
+	if err != nil {
+		return err
 	}
 	if logY && r.maxPos == 0 {
 		return fmt.Errorf("no positive value for a log scale: %w", ErrNoData)
@@ -178,6 +172,19 @@ type valueStats struct {
 	finite         int     // number of finite values
 	minPos, maxPos float64 // smallest and largest value > 0; 0 if none
 	minNeg         float64 // smallest value < 0; 0 if none
+}
+
+// log tells whether an axis of scale s over values r is logarithmic.
+func (s Scale) log(r valueStats) (bool, error) {
+	switch s {
+	case ScaleAuto:
+		return r.minNeg == 0 && r.minPos > 0 && r.maxPos/r.minPos > 100, nil
+	case ScaleLinear:
+		return false, nil
+	case ScaleLog:
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown scale %v", s)
 }
 
 // valueRange returns the valueStats of every series, whiskers included.

@@ -117,15 +117,9 @@ func drawCDF(path string, opts CDFOptions, series []CDFSeries) error {
 	if all.finite == 0 {
 		return fmt.Errorf("%d series without a finite value: %w", len(series), ErrNoData)
 	}
-	var logX bool
-	switch opts.XAxis {
-	case ScaleAuto:
-		logX = all.minNeg == 0 && all.minPos > 0 && all.maxPos/all.minPos > 100
-	case ScaleLinear:
-	case ScaleLog:
-		logX = true
-	default:
-		return fmt.Errorf("unknown scale %v", opts.XAxis)
+	logX, err := opts.XAxis.log(all)
+	if err != nil {
+		return err
 	}
 	xlabel := opts.XLabel
 	if logX {
