@@ -120,7 +120,7 @@ int arith_theta(struct __sk_buff *skb)
 	__u32 tau;
 
 	arith_power_start(ca);
-	theta_fold_rtt(ca, ARITH_RTT_US + (step & 31), ARITH_RTT_US);
+	theta_fold_rtt(ca, ARITH_RTT_US + (step & 31));
 	tau = power_tau(p, ca, power_burst_us(ARITH_GSO, p));
 	theta_round_power(ca, step * 60, tau);
 	arith_use(&u, ca->cwnd, step);

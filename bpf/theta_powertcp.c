@@ -15,8 +15,8 @@
  * and, at most every 10 ms, the round's delivery rate and the flow's base
  * RTT go into the path history (power_hist) for new flows.
  *
- * τ is the base_rtt parameter or, when it is 0, the flow's minimum smoothed
- * RTT (see power_track_base_rtt), which a new flow takes from the path's
+ * τ is the base_rtt parameter or, when it is 0, the flow's least RTT
+ * sample (see power_track_base_rtt), which a new flow takes from the path's
  * history when there is one, but no less than the time one GSO burst takes
  * at host_bw. β = host_bw · τ / expected_flows unless beta_bytes is set.
  * A flow starts at line rate, cwnd = host_bw · τ, unless the path's history

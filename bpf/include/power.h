@@ -98,7 +98,7 @@ struct power_ca {
 	__u32 prev_ack_us;	/* θ: time of the previous power update
 				 * (tcp_mstamp, low 32 bits) */
 	__u32 prev_rtt_us;	/* θ: mean RTT of the round before it */
-	__u32 min_rtt_us;	/* minimum srtt seen; 0 = none yet */
+	__u32 min_rtt_us;	/* base RTT: least RTT sample seen; 0 = none yet */
 	__u32 last_update_seq;	/* θ: snd_nxt at the previous window update;
 				 * INT: snd_nxt when cwnd_old was remembered */
 	__u32 flags;
@@ -268,16 +268,19 @@ static __always_inline void power_init(struct sock *sk)
 }
 
 /*
- * Tracks the base RTT when none is configured: the minimum of the kernel's
- * smoothed RTT (srtt, an EWMA with gain 1/8 over per-ACK samples). Single
- * samples are not used for this: on virtual and lightly loaded links some
- * ACKs return in a few microseconds, far below the RTT any full window
- * sees without queueing, and a τ that small shrinks β and the window to a
- * couple of packets.
+ * Tracks the base RTT when none is configured: the least RTT sample the
+ * flow has seen. Every flow on a path can see that minimum, whenever it
+ * joined: the queue empties now and then, if only for a packet. The
+ * minimum smoothed RTT, used before, could not: a flow that joined while
+ * others held a standing queue kept an srtt inflated by it, and with it a
+ * larger τ, β and cap than the flows before it, and took two to three
+ * times their share for as long as it ran (docs/measurements.md). A few
+ * ACKs on virtual links come back in microseconds; the GSO floor of τ
+ * (power_tau) keeps such a sample from shrinking the window.
  */
-static __always_inline void power_track_base_rtt(struct power_ca *ca, __u32 srtt_us)
+static __always_inline void power_track_base_rtt(struct power_ca *ca, __u32 rtt_us)
 {
-	cc_track_min(&ca->min_rtt_us, srtt_us);
+	cc_track_min(&ca->min_rtt_us, rtt_us);
 }
 
 /*
@@ -412,14 +415,14 @@ static __always_inline struct power_params *power_ack_begin(struct sock *sk, str
 
 /*
  * Folds an ACK's RTT sample into the round's (θ-PowerTCP, Algorithm 2,
- * NORMPOWER, evaluated once per round by theta_round_power), and srtt into
- * the base RTT. Returns whether the sample was usable.
+ * NORMPOWER, evaluated once per round by theta_round_power) and into the
+ * base RTT. Returns whether the sample was usable.
  */
-static __always_inline bool theta_fold_rtt(struct power_ca *ca, long rtt, __u32 srtt_us)
+static __always_inline bool theta_fold_rtt(struct power_ca *ca, long rtt)
 {
 	if (rtt <= 0 || rtt >= POWER_RTT_MAX_US)
 		return false;
-	power_track_base_rtt(ca, srtt_us);
+	power_track_base_rtt(ca, rtt);
 	if (ca->rtt_sum_us + (__u32)rtt > ca->rtt_sum_us) {
 		ca->rtt_sum_us += rtt;
 		ca->rtt_n++;
@@ -486,7 +489,7 @@ static __always_inline void theta_ack(struct sock *sk, struct power_ca *ca, cons
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 
-	if (theta_fold_rtt(ca, rs->rtt_us, tp->srtt_us >> 3))
+	if (theta_fold_rtt(ca, rs->rtt_us))
 		stat_add(&stats, STAT_RTT_SAMPLES, 1);
 	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
 		__u32 tau = power_tau(p, ca, power_burst_us(sk->sk_gso_max_size, p));
