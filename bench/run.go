@@ -113,7 +113,7 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	// fq_codel marks on the sojourn time that K takes to drain at the rate.
 	hopK, aqmK := cfg.ECNThresholdBytes, time.Duration(0)
 	if cfg.Marker == MarkerFQCodel {
-		hopK, aqmK = 0, time.Duration(float64(cfg.ECNThresholdBytes)*8/float64(cfg.RateBps)*float64(time.Second))
+		hopK, aqmK = 0, stats.LineTime(float64(cfg.ECNThresholdBytes), float64(cfg.RateBps))
 	}
 	r.topo, err = testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
 		Senders: cfg.senderCount(), BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix,
