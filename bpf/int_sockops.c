@@ -181,19 +181,28 @@ static __always_inline __u32 plan(struct bpf_sock_ops *skops, struct int_sk *st,
 static __always_inline void on_hdr_len(struct bpf_sock_ops *skops)
 {
 	struct int_config *cfg = int_cfg();
-	struct int_sk *st = int_sk_get(skops, false);
+	struct int_sk *st;
 	__u32 n = 0, what;
 
-	if (!cfg || !cfg->enabled || !st || !(st->flags & INT_SK_SCOPED))
+	if (!cfg || !cfg->enabled)
 		return;
 	/*
-	 * The kernel asks once without a segment to size the MSS: reserve the
-	 * largest option we write, so that tagged segments still fit the MTU.
+	 * The kernel asks without a segment to size the MSS, two to three
+	 * times per ACK in a bulk flow: reserve the largest option we write,
+	 * so that tagged segments still fit the MTU. This answer skips the
+	 * socket storage lookup, which would be most of its cost: the header
+	 * callbacks run only on sockets whose flags on_established set, which
+	 * are the scoped ones. On a socket where another sockops program
+	 * enabled them too, the cost is room reserved and left unused; what
+	 * is written is still decided per socket below.
 	 */
 	if (skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) {
 		bpf_reserve_hdr_opt(skops, INT_OPT_LEN(clamp_slots(cfg->slots)), 0);
 		return;
 	}
+	st = int_sk_get(skops, false);
+	if (!st || !(st->flags & INT_SK_SCOPED))
+		return;
 	st->planned_exid = 0;
 	/* SYNs carry no INT: the established callback turns it on. */
 	if (skops->skb_tcp_flags & 0x02)
@@ -284,46 +293,76 @@ static __always_inline int parse_hops(struct int_opt *opt, int got, __u64 *out)
 	return hops;
 }
 
-static __always_inline void on_parse(struct bpf_sock_ops *skops)
+/*
+ * Parses one of our options in the received segment into *st. Returns
+ * false when the segment has no option with that ExID.
+ */
+static __always_inline bool parse_one(struct bpf_sock_ops *skops, struct int_sk *st, __u16 exid)
 {
-	struct int_sk *st = int_sk_get(skops, false);
 	__u64 hops[INT_MAX_HOPS] = {};
 	struct int_opt opt;
 	int got, n, i;
 
-	if (!st || !(st->flags & INT_SK_SCOPED))
-		return;
-
-	got = load_opt(skops, &opt, INT_EXID_ECHO);
-	if (got > 0) {
-		n = parse_hops(&opt, got, hops);
-		if (n < 0) {
-			stat_add(&int_stats, INT_STAT_MALFORMED, 1);
-			return;
-		}
+	got = load_opt(skops, &opt, exid);
+	if (got <= 0)
+		return false;
+	n = parse_hops(&opt, got, hops);
+	if (n < 0) {
+		stat_add(&int_stats, INT_STAT_MALFORMED, 1);
+		return true;
+	}
+	if (exid == INT_EXID_ECHO) {
 		for (i = 0; i < INT_MAX_HOPS; i++)
 			st->echo[i] = hops[i];
 		st->echo_hops = n;
 		st->echo_ns = bpf_ktime_get_ns();
 		st->echo_seq++;
 		stat_add(&int_stats, INT_STAT_ECHO_PARSED, 1);
+		return true;
+	}
+	if (n == 0)
+		return true; /* no hop wrote into it: nothing to echo */
+	for (i = 0; i < INT_MAX_HOPS; i++)
+		st->fwd[i] = hops[i];
+	st->fwd_hops = n;
+	st->fwd_seq++;
+	stat_add(&int_stats, INT_STAT_FWD_PARSED, 1);
+	return true;
+}
+
+/*
+ * Whether the received segment carries data: its length (skb_len counts
+ * the TCP header here) beyond the header's data offset.
+ */
+static __always_inline bool carries_data(struct bpf_sock_ops *skops)
+{
+	__u8 *th = (__u8 *)(long)skops->skb_data;
+	__u8 *end = (__u8 *)(long)skops->skb_data_end;
+
+	if (th + 13 > end)
+		return true;
+	return skops->skb_len > (__u32)(th[12] >> 4) * 4;
+}
+
+/*
+ * Our writer puts FORWARD on data segments and ECHO on pure ACKs, so the
+ * segment's kind decides which ExID is looked for first, and the common
+ * case costs one search of the options. The other is still looked for, so
+ * a foreign or malformed option on either kind of segment is counted.
+ */
+static __always_inline void on_parse(struct bpf_sock_ops *skops)
+{
+	struct int_sk *st = int_sk_get(skops, false);
+	__u16 first = INT_EXID_ECHO, second = INT_EXID_FORWARD;
+
+	if (!st || !(st->flags & INT_SK_SCOPED))
 		return;
+	if (carries_data(skops)) {
+		first = INT_EXID_FORWARD;
+		second = INT_EXID_ECHO;
 	}
-	got = load_opt(skops, &opt, INT_EXID_FORWARD);
-	if (got > 0) {
-		n = parse_hops(&opt, got, hops);
-		if (n < 0) {
-			stat_add(&int_stats, INT_STAT_MALFORMED, 1);
-			return;
-		}
-		if (n == 0)
-			return; /* no hop wrote into it: nothing to echo */
-		for (i = 0; i < INT_MAX_HOPS; i++)
-			st->fwd[i] = hops[i];
-		st->fwd_hops = n;
-		st->fwd_seq++;
-		stat_add(&int_stats, INT_STAT_FWD_PARSED, 1);
-	}
+	if (!parse_one(skops, st, first))
+		parse_one(skops, st, second);
 }
 
 SEC("sockops")
