@@ -113,6 +113,8 @@ func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *pro
 	sunk := r.sink.Results()
 	res.Flows = n
 	kernel := map[string]bool{}
+	offset := t0.Sub(sampleStart)
+	backlog := backlogSeries(samples, offset)
 	var fcts []stats.FCT
 	var goodBytes int64
 	for _, f := range flows {
@@ -128,7 +130,11 @@ func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *pro
 		}
 		goodBytes += f.res.Bytes
 		if f.bytes > 0 {
-			fcts = append(fcts, stats.FCT{Bytes: f.bytes, Duration: f.res.Duration})
+			fct := stats.FCT{Bytes: f.bytes, Duration: f.res.Duration}
+			if q, ok := stats.MaxDuring(backlog, f.start, f.start+f.res.Duration); ok {
+				fct.QueueDelay, fct.Queued = stats.LineTime(q, float64(c.RateBps)), true
+			}
+			fcts = append(fcts, fct)
 		}
 	}
 	for _, x := range sunk {
@@ -147,7 +153,6 @@ func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *pro
 		res.GoodputBps = float64(goodBytes) * 8 / end.Seconds()
 	}
 
-	offset := t0.Sub(sampleStart)
 	r.queueMetrics(res, s, samples, offset)
 	if c.Scenario == ScenarioIncast {
 		starts := incastStarts(c)
@@ -179,6 +184,16 @@ func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *pro
 		}
 	}
 	return out, nil
+}
+
+// backlogSeries is the bottleneck's backlog in bytes on the run's clock
+// (since t0, which is offset after the sampler's start), in time order.
+func backlogSeries(samples []testbed.QueueSample, offset time.Duration) []stats.Point {
+	out := make([]stats.Point, len(samples))
+	for i, x := range samples {
+		out[i] = stats.Point{T: x.At - offset, V: float64(x.BacklogBytes)}
+	}
+	return out
 }
 
 // idealFCT is the FCT of a flow of bytes alone on the idle bottleneck.

@@ -106,6 +106,9 @@ func (r *Report) Table(w io.Writer) error {
 			fmt.Fprintln(w, "pNN=v: too few flows for p99 (it needs 1,000, p99.9 10,000); v is the highest percentile the flows support.")
 		}
 	}
+	if err := r.tailQueueTable(w, fctBuckets); err != nil {
+		return err
+	}
 	if res.Scenario == ScenarioIncast {
 		fmt.Fprintln(w, "drained: share of incasts whose queue fell to one GSO packet (64 KiB) for 1.5 ms before the next; drain RTTs: from the peak, in RTTs at the peak; util after: the 100 ms after the drain.")
 	}
@@ -123,6 +126,46 @@ func (r *Report) Table(w io.Writer) error {
 	fmt.Fprintln(w, "above floor: less a null CC's, measured in the same repeat; arith ns: the CC's per-ACK arithmetic alone under BPF_PROG_TEST_RUN, less the test loop's cost;\n"+
 		"INT sockops ns/ACK: INT's sockops program per ACK of the CC. cpu: all CPUs, whole emulation.")
 	return nil
+}
+
+// tailQueueTable writes, per CC and FCT bucket, the bottleneck queueing
+// delay the bucket's slowest flows saw (PooledFCT.TailQueue): whether the
+// queue explains the FCT tail, or something else on the path does.
+func (r *Report) tailQueueTable(w io.Writer, buckets []string) error {
+	if len(buckets) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	head := []string{"cc"}
+	for _, b := range buckets {
+		head = append(head, b+" tail FCT", "its queue p50", "max", "flows", "all flows' p50")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	seen := false
+	for _, c := range r.Results.CCs {
+		row := []string{c.CC}
+		for _, b := range buckets {
+			cells := []string{"-", "-", "-", "-", "-"}
+			for _, x := range c.FCT {
+				if x.Bucket != b || x.TailP == 0 {
+					continue
+				}
+				cells[0] = fmt.Sprintf("p%g=%s", x.TailP, us(x.TailUs))
+				if q := x.TailQueue; q != nil {
+					cells[1], cells[2], cells[3], cells[4] = us(q.P50Us), us(q.MaxUs), fmt.Sprint(q.Flows), us(q.BucketUs)
+					seen = true
+				}
+			}
+			row = append(row, cells...)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	if !seen {
+		return nil
+	}
+	fmt.Fprintln(w, "Queue seen by the slowest flows: each flow's largest bottleneck queueing delay (backlog at the line rate, us) read while it ran;")
+	fmt.Fprintln(w, "its median and max over the flows at or beyond the bucket's tail percentile, and its median over all the bucket's flows.")
+	return tw.Flush()
 }
 
 // figureCell formats figure name of c: the median, and with more than one

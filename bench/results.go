@@ -136,6 +136,22 @@ type PooledFCT struct {
 	TailUs       float64 `json:"tail_us"`
 	TailSlowdown float64 `json:"tail_slowdown"`
 	SlowdownP50  float64 `json:"slowdown_p50"`
+	// TailQueue is how much of the slowest flows' time the bottleneck
+	// queue can explain: over the flows at or beyond TailP, the largest
+	// queueing delay (backlog at the line rate) read while each ran.
+	// Absent when no queue reading covered those flows.
+	TailQueue *TailQueue `json:"tail_queue,omitempty"`
+}
+
+// TailQueue is the bottleneck queueing delay that the slowest flows of a
+// bucket saw: for each flow, the largest backlog the queue sampler read
+// while it ran (and the reading just before it started), as time at the
+// line rate; then the median and the largest of that over the flows.
+type TailQueue struct {
+	Flows    int     `json:"flows"`
+	P50Us    float64 `json:"p50_us"`
+	MaxUs    float64 `json:"max_us"`
+	BucketUs float64 `json:"bucket_p50_us"` // the same median over every flow of the bucket
 }
 
 // RunResult is one congestion control's measurements in one repeat.

@@ -200,6 +200,7 @@ func pooledFCT(fcts []stats.FCT, ideal func(int64) time.Duration) []PooledFCT {
 		if p.TailP > 0 {
 			p.TailUs = stats.Percentile(us, p.TailP)
 			p.TailSlowdown = stats.Percentile(slow, p.TailP)
+			p.TailQueue = tailQueue(fs, p.TailUs)
 		}
 		if stats.Supports(len(us), 99) {
 			v := stats.Percentile(us, 99)
@@ -212,6 +213,28 @@ func pooledFCT(fcts []stats.FCT, ideal func(int64) time.Duration) []PooledFCT {
 		out = append(out, p)
 	}
 	return out
+}
+
+// tailQueue is the queueing delay seen by the flows of fs whose FCT is at
+// least tailUs, or nil when none of them has a queue reading.
+func tailQueue(fs []stats.FCT, tailUs float64) *TailQueue {
+	var tail, all []float64
+	for _, f := range fs {
+		if !f.Queued {
+			continue
+		}
+		q := float64(f.QueueDelay) / float64(time.Microsecond)
+		all = append(all, q)
+		if float64(f.Duration)/float64(time.Microsecond) >= tailUs {
+			tail = append(tail, q)
+		}
+	}
+	if len(tail) == 0 {
+		return nil
+	}
+	tail, all = stats.Sorted(tail), stats.Sorted(all)
+	return &TailQueue{Flows: len(tail), P50Us: stats.Percentile(tail, 50), MaxUs: tail[len(tail)-1],
+		BucketUs: stats.Percentile(all, 50)}
 }
 
 // runOrder is the CC order of repeat i: the list rotated by i places.

@@ -152,3 +152,29 @@ func TestSummarise(t *testing.T) {
 		t.Errorf("FCTs without flows: %+v", res.FCT)
 	}
 }
+
+func TestTailQueue(t *testing.T) {
+	us := time.Microsecond
+	flow := func(fct, queue time.Duration) stats.FCT {
+		return stats.FCT{Bytes: 1000, Duration: fct, QueueDelay: queue, Queued: true}
+	}
+	for _, tc := range []struct {
+		name   string
+		fcts   []stats.FCT
+		tailUs float64
+		want   *TailQueue
+	}{
+		{"no queue readings", []stats.FCT{{Bytes: 1000, Duration: 900 * us}}, 500, nil},
+		{"the slow flows saw the queue", []stats.FCT{flow(100*us, 0), flow(200*us, 0), flow(900*us, 300*us), flow(1000*us, 700*us)}, 900,
+			&TailQueue{Flows: 2, P50Us: 300, MaxUs: 700, BucketUs: 0}},
+		{"a slow flow with no reading is left out", []stats.FCT{flow(100*us, 50*us), {Bytes: 1000, Duration: 2000 * us}, flow(1500*us, 20*us)}, 1000,
+			&TailQueue{Flows: 1, P50Us: 20, MaxUs: 20, BucketUs: 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tailQueue(tc.fcts, tc.tailUs)
+			if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+				t.Errorf("tailQueue = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -9,6 +9,11 @@ import (
 type FCT struct {
 	Bytes    int64
 	Duration time.Duration
+	// QueueDelay is the longest the bottleneck's queue would have held a
+	// packet at any of its readings while the flow ran: the largest
+	// backlog read, at the line rate. It is valid only when Queued is set.
+	QueueDelay time.Duration
+	Queued     bool
 }
 
 // Size bucket names, in the order Buckets reports them. KB is 1000 bytes

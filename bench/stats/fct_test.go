@@ -44,12 +44,12 @@ func TestBuckets(t *testing.T) {
 	// Flows right at the boundaries, with an ideal FCT of 10 µs for
 	// every size, so slowdown = FCT / 10 µs.
 	fcts := []FCT{
-		{1_000, 10 * us},
-		{5_000, 30 * us},
-		{9_999, 20 * us},     // small: largest size
-		{10_000, 100 * us},   // medium: smallest size
-		{1_000_000, 50 * us}, // medium: largest size
-		{1_000_001, 5 * us},  // large: smallest size; faster than ideal
+		{Bytes: 1_000, Duration: 10 * us},
+		{Bytes: 5_000, Duration: 30 * us},
+		{Bytes: 9_999, Duration: 20 * us},     // small: largest size
+		{Bytes: 10_000, Duration: 100 * us},   // medium: smallest size
+		{Bytes: 1_000_000, Duration: 50 * us}, // medium: largest size
+		{Bytes: 1_000_001, Duration: 5 * us},  // large: smallest size; faster than ideal
 	}
 	flat := func(int64) time.Duration { return 10 * us }
 	smallOnlyZero := func(b int64) time.Duration {

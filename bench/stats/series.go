@@ -91,3 +91,27 @@ func RateSeries(counter []Point, window time.Duration) []Point {
 	}
 	return out
 }
+
+// MaxDuring returns the largest value of a series over [from, to]: the
+// points inside it, and the last point before from, which is the value as
+// it stood when the interval began. So an interval shorter than the gap
+// between two points still has a value. pts must be sorted by T. ok is
+// false when no point lies at or before to.
+func MaxDuring(pts []Point, from, to time.Duration) (max float64, ok bool) {
+	// The first point after from; the one before it is the value at from.
+	i, _ := slices.BinarySearchFunc(pts, from, func(p Point, t time.Duration) int {
+		if p.T <= t {
+			return -1
+		}
+		return 1
+	})
+	if i > 0 {
+		i--
+	}
+	for ; i < len(pts) && pts[i].T <= to; i++ {
+		if !ok || pts[i].V > max {
+			max, ok = pts[i].V, true
+		}
+	}
+	return max, ok
+}

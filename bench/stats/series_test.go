@@ -96,3 +96,32 @@ func TestRateSeriesBounded(t *testing.T) {
 		t.Fatalf("last window = %+v, want {T:%d V:8e9}", last, MaxWindows-1)
 	}
 }
+
+func TestMaxDuring(t *testing.T) {
+	ms := time.Millisecond
+	pts := []Point{{0, 5}, {1 * ms, 2}, {2 * ms, 9}, {3 * ms, 1}, {4 * ms, 3}}
+	tests := []struct {
+		name     string
+		pts      []Point
+		from, to time.Duration
+		want     float64
+		ok       bool
+	}{
+		{"whole series", pts, 0, 4 * ms, 9, true},
+		{"inside, with the value at from", pts, 2500 * time.Microsecond, 4 * ms, 9, true},
+		{"between two points: the one before", pts, 3100 * time.Microsecond, 3200 * time.Microsecond, 1, true},
+		{"from exactly on a point", pts, 3 * ms, 4 * ms, 3, true},
+		{"after the last point", pts, 10 * ms, 11 * ms, 3, true},
+		{"before the first point", pts, -2 * ms, -1 * ms, 0, false},
+		{"ends at the first point", pts, -2 * ms, 0, 5, true},
+		{"empty series", nil, 0, ms, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := MaxDuring(tt.pts, tt.from, tt.to)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("MaxDuring(%v, %v) = %v, %v; want %v, %v", tt.from, tt.to, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
