@@ -130,7 +130,11 @@ func (r *runner) traffic(ctx context.Context, cc string, seed uint64, costs *pro
 		}
 		goodBytes += f.res.Bytes
 		if f.bytes > 0 {
-			fct := stats.FCT{Bytes: f.bytes, Duration: f.res.Duration}
+			fct := stats.FCT{Bytes: f.bytes, Duration: f.res.AckedIn}
+			if fct.Duration <= 0 {
+				fct.Duration = f.res.Duration
+				res.FCTsByAppClock++
+			}
 			if q, ok := stats.MaxDuring(backlog, f.start, f.start+f.res.Duration); ok {
 				fct.QueueDelay, fct.Queued = stats.LineTime(q, float64(c.RateBps)), true
 			}

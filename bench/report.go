@@ -101,7 +101,16 @@ func (r *Report) Table(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "queue: the bottleneck qdisc's backlog, KB; INT q: the INT hop's model of it.")
 	if len(fctBuckets) > 0 {
-		fmt.Fprintln(w, "FCT in us, by flow size, over the flows of all runs; flows: all runs' flows.")
+		fmt.Fprintln(w, "FCT in us, by flow size, over the flows of all runs, from connect() to the kernel's timestamp of the ACK of the last byte; flows: all runs' flows.")
+		byApp := 0
+		for _, c := range res.CCs {
+			for _, run := range c.Runs {
+				byApp += run.FCTsByAppClock
+			}
+		}
+		if byApp > 0 {
+			fmt.Fprintf(w, "%d FCTs ran to the receiver's FIN instead, read in user space: the kernel gave no ACK timestamp for them (fcts_by_app_clock).\n", byApp)
+		}
 		if undersized {
 			fmt.Fprintln(w, "pNN=v: too few flows for p99 (it needs 1,000, p99.9 10,000); v is the highest percentile the flows support.")
 		}

@@ -190,6 +190,11 @@ type RunResult struct {
 	// complete intact.
 	Flows       int `json:"flows"`
 	FlowsFailed int `json:"flows_failed"`
+	// FCTsByAppClock counts the flows whose FCT had to be timed in user
+	// space, to the receiver's FIN, because the kernel gave no timestamp
+	// of the ACK of their last byte (testbed.FlowResult.AckedIn); every
+	// other FCT runs to that ACK.
+	FCTsByAppClock int `json:"fcts_by_app_clock,omitempty"`
 	// FCT has one entry per size bucket (<10KB, 10KB-1MB, >1MB, all) with
 	// at least one completed flow of this run. Its percentiles rest on
 	// this run's flows alone; CCResult.FCT pools the runs.

@@ -216,3 +216,52 @@ func TestVerifyStream(t *testing.T) {
 		})
 	}
 }
+
+// TestAckedIn checks the kernel's timestamp of the last byte's ACK: it
+// comes for flows of one chunk and of many, over IPv4 and IPv6, lies
+// within the flow's user-space duration, and is no earlier than the
+// bottleneck could have carried every byte, so it is the last byte's
+// ACK and not an earlier one.
+func TestAckedIn(t *testing.T) {
+	const rate = 1e9
+	d := newTestDumbbell(t, DumbbellConfig{Senders: 1, BottleneckRate: rate, BufferBytes: 512 << 10})
+	tests := []struct {
+		name  string
+		dst   netip.Addr
+		bytes int64
+	}{
+		{"ipv4 one segment", d.Receiver.Addr, 100},
+		{"ipv4 one chunk", d.Receiver.Addr, 5000},
+		{"ipv4 many chunks", d.Receiver.Addr, 4 << 20},
+		{"ipv6 many chunks", d.Receiver.Addr6, 4 << 20},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sink := startTestSink(t, d.Receiver, netip.AddrPortFrom(tt.dst, 0))
+			res, err := SendFlow(testContext(t), d.Senders[0], sink.Addr,
+				FlowConfig{CC: "cubic", Bytes: tt.bytes, Seed: uint64(i), Timeout: 10 * time.Second})
+			if err != nil {
+				t.Fatalf("SendFlow: %v", err)
+			}
+			t.Logf("%d bytes: acked in %v, done in %v", tt.bytes, res.AckedIn, res.Duration)
+			if res.AckStampErr != nil {
+				t.Fatalf("no ACK timestamp: %v", res.AckStampErr)
+			}
+			wire := time.Duration(float64(tt.bytes) * 8 / rate * float64(time.Second))
+			if res.AckedIn < wire || res.AckedIn > res.Duration {
+				t.Errorf("acked in %v, want between the bytes' time on the link, %v, and the flow's duration, %v", res.AckedIn, wire, res.Duration)
+			}
+		})
+	}
+	t.Run("time-bounded flow", func(t *testing.T) {
+		sink := startTestSink(t, d.Receiver, netip.AddrPortFrom(d.Receiver.Addr, 0))
+		res, err := SendFlow(testContext(t), d.Senders[0], sink.Addr,
+			FlowConfig{CC: "cubic", For: 100 * time.Millisecond, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("SendFlow: %v", err)
+		}
+		if res.AckedIn != 0 || res.AckStampErr != nil {
+			t.Errorf("a time-bounded flow got AckedIn %v, AckStampErr %v; want neither", res.AckedIn, res.AckStampErr)
+		}
+	})
+}

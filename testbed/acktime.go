@@ -1,0 +1,109 @@
+package testbed
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A flow's completion time as the kernel sees it: when the ACK that
+// covered its last byte arrived. The kernel stamps that moment itself
+// (SO_TIMESTAMPING with SOF_TIMESTAMPING_TX_ACK), in softirq, so the time
+// includes no wake-up of the sender's or the receiver's process. Timing a
+// flow in user space to the receiver's FIN instead adds four or five of
+// them (the sink's accept, read and close, the sender's read of the FIN),
+// each a scheduling delay on a loaded host.
+
+// ackStampFlags asks for a software timestamp, without the data, of each
+// write's last byte when an ACK covers it, numbered by byte offset.
+const ackStampFlags = unix.SOF_TIMESTAMPING_TX_ACK | unix.SOF_TIMESTAMPING_SOFTWARE |
+	unix.SOF_TIMESTAMPING_OPT_ID | unix.SOF_TIMESTAMPING_OPT_TSONLY
+
+// armAckStamp turns ACK timestamps on for the writes that follow. Turned
+// on just before a flow's last write, it yields one timestamp (or a few,
+// if the kernel splits that write), not one per write of the flow.
+func armAckStamp(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING, ackStampFlags); err != nil {
+		return fmt.Errorf("set SO_TIMESTAMPING (ACK timestamps): %w", err)
+	}
+	return nil
+}
+
+// maxAckStamps bounds how many error-queue messages lastAckStamp reads.
+const maxAckStamps = 1024
+
+// errNoAckStamp says the error queue held no ACK timestamp.
+var errNoAckStamp = errors.New("no ACK timestamp in the error queue")
+
+// lastAckStamp reads the ACK timestamps queued since armAckStamp and
+// returns the one of the highest byte offset: the time (CLOCK_REALTIME)
+// the last byte written was acknowledged. Call it once the flow is done.
+func lastAckStamp(fd int) (time.Time, error) {
+	var (
+		oob    = make([]byte, 512)
+		best   time.Time
+		bestID uint32
+		found  bool
+	)
+	for i := 0; i < maxAckStamps; i++ {
+		_, oobn, _, _, err := unix.Recvmsg(fd, nil, oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read the error queue: %w", err)
+		}
+		at, id, ok, err := parseAckStamp(oob[:oobn])
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok && (!found || id >= bestID) {
+			best, bestID, found = at, id, true
+		}
+	}
+	if !found {
+		return time.Time{}, errNoAckStamp
+	}
+	return best, nil
+}
+
+// parseAckStamp reads one error-queue message's control data: a software
+// timestamp (SCM_TIMESTAMPING) and the extended error that says what it
+// stamps. ok is false when the message is not an ACK timestamp.
+func parseAckStamp(oob []byte) (at time.Time, id uint32, ok bool, err error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return at, 0, false, fmt.Errorf("parse the error queue's control data: %w", err)
+	}
+	var haveTS, haveACK bool
+	for _, m := range msgs {
+		switch {
+		case m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPING:
+			// Three timespecs: software, (deprecated), hardware.
+			if len(m.Data) < 16 {
+				return at, 0, false, fmt.Errorf("SCM_TIMESTAMPING of %d bytes", len(m.Data))
+			}
+			sec := int64(binary.NativeEndian.Uint64(m.Data[0:8]))
+			nsec := int64(binary.NativeEndian.Uint64(m.Data[8:16]))
+			if sec != 0 || nsec != 0 {
+				at, haveTS = time.Unix(sec, nsec), true
+			}
+		case (m.Header.Level == unix.SOL_IP && m.Header.Type == unix.IP_RECVERR) ||
+			(m.Header.Level == unix.SOL_IPV6 && m.Header.Type == unix.IPV6_RECVERR):
+			var ee unix.SockExtendedErr
+			if len(m.Data) < binary.Size(ee) {
+				return at, 0, false, fmt.Errorf("extended error of %d bytes", len(m.Data))
+			}
+			if _, err := binary.Decode(m.Data, binary.NativeEndian, &ee); err != nil {
+				return at, 0, false, fmt.Errorf("decode the extended error: %w", err)
+			}
+			if ee.Origin == unix.SO_EE_ORIGIN_TIMESTAMPING && ee.Info == unix.SCM_TSTAMP_ACK {
+				id, haveACK = ee.Data, true
+			}
+		}
+	}
+	return at, id, haveTS && haveACK, nil
+}
