@@ -172,7 +172,7 @@ func (r *Report) tailQueueTable(w io.Writer, buckets []string) error {
 	if !seen {
 		return nil
 	}
-	fmt.Fprintln(w, "Queue seen by the slowest flows: each flow's largest bottleneck queueing delay (backlog at the line rate, us) read while it ran;")
+	fmt.Fprintln(w, "Queue seen by the slowest flows: each flow's largest bottleneck queueing delay (backlog at the line rate, us) read from its start to its FIN;")
 	fmt.Fprintln(w, "its median and max over the flows at or beyond the bucket's tail percentile, and its median over all the bucket's flows.")
 	return tw.Flush()
 }

@@ -145,8 +145,9 @@ type PooledFCT struct {
 
 // TailQueue is the bottleneck queueing delay that the slowest flows of a
 // bucket saw: for each flow, the largest backlog the queue sampler read
-// while it ran (and the reading just before it started), as time at the
-// line rate; then the median and the largest of that over the flows.
+// from its start until the sender read the receiver's FIN (and the
+// reading just before it started), as time at the line rate; then the
+// median and the largest of that over the flows.
 type TailQueue struct {
 	Flows    int     `json:"flows"`
 	P50Us    float64 `json:"p50_us"`

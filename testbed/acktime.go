@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,17 +19,38 @@ import (
 // them (the sink's accept, read and close, the sender's read of the FIN),
 // each a scheduling delay on a loaded host.
 
-// ackStampFlags asks for a software timestamp, without the data, of each
-// write's last byte when an ACK covers it, numbered by byte offset.
-const ackStampFlags = unix.SOF_TIMESTAMPING_TX_ACK | unix.SOF_TIMESTAMPING_SOFTWARE |
-	unix.SOF_TIMESTAMPING_OPT_ID | unix.SOF_TIMESTAMPING_OPT_TSONLY
+// ackStampReport is what the socket reports of the timestamps it is asked
+// for: software ones, numbered by byte offset, without the data. It asks
+// for none itself.
+const ackStampReport = unix.SOF_TIMESTAMPING_SOFTWARE | unix.SOF_TIMESTAMPING_OPT_ID | unix.SOF_TIMESTAMPING_OPT_TSONLY
 
-// armAckStamp turns ACK timestamps on for the writes that follow. Turned
-// on just before a flow's last write, it yields one timestamp (or a few,
-// if the kernel splits that write), not one per write of the flow.
-func armAckStamp(fd int) error {
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING, ackStampFlags); err != nil {
+// sendStamped sends b, the flow's last byte, in a sendmsg of its own that
+// asks for its ACK's timestamp (SOF_TIMESTAMPING_TX_ACK in an
+// SO_TIMESTAMPING control message). Only that byte is stamped: the error
+// queue gets a single message, when every byte is acknowledged and the
+// socket is writable. A stamp queued earlier, while the socket could be
+// neither read nor written, would be an epoll event of EPOLLERR alone,
+// which Go's poller turns into an error on the next read.
+func sendStamped(raw syscall.RawConn, b byte) error {
+	if err := controlErr(raw, func(fd int) error {
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING, ackStampReport)
+	}); err != nil {
 		return fmt.Errorf("set SO_TIMESTAMPING (ACK timestamps): %w", err)
+	}
+	oob := make([]byte, unix.CmsgSpace(4))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, unix.SO_TIMESTAMPING
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(oob[unix.CmsgLen(0):], unix.SOF_TIMESTAMPING_TX_ACK)
+	var sendErr error
+	if err := raw.Write(func(fd uintptr) bool {
+		_, sendErr = unix.SendmsgN(int(fd), []byte{b}, oob, nil, unix.MSG_DONTWAIT)
+		return !errors.Is(sendErr, unix.EAGAIN)
+	}); err != nil {
+		return fmt.Errorf("write the last byte: %w", err)
+	}
+	if sendErr != nil {
+		return fmt.Errorf("write the last byte: %w", sendErr)
 	}
 	return nil
 }
@@ -38,9 +61,10 @@ const maxAckStamps = 1024
 // errNoAckStamp says the error queue held no ACK timestamp.
 var errNoAckStamp = errors.New("no ACK timestamp in the error queue")
 
-// lastAckStamp reads the ACK timestamps queued since armAckStamp and
-// returns the one of the highest byte offset: the time (CLOCK_REALTIME)
-// the last byte written was acknowledged. Call it once the flow is done.
+// lastAckStamp reads the ACK timestamps in the error queue (one, after
+// sendStamped) and returns the one of the highest byte offset: the time
+// (CLOCK_REALTIME) the last byte was acknowledged. Call it once the flow
+// is done.
 func lastAckStamp(fd int) (time.Time, error) {
 	var (
 		oob    = make([]byte, 512)

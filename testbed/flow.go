@@ -184,8 +184,8 @@ func SendFlow(ctx context.Context, host *Host, dst netip.AddrPort, cfg FlowConfi
 	if cfg.For > 0 {
 		res.Bytes, err = writeTimedFlow(ctx, conn, cfg.Seed, end)
 	} else {
-		arm := func() error { return controlErr(raw, armAckStamp) }
-		res.Bytes, err = cfg.Bytes, writeFlow(conn, cfg, arm)
+		last := func(b byte) error { return sendStamped(raw, b) }
+		res.Bytes, err = cfg.Bytes, writeFlow(conn, cfg, last)
 	}
 	if err != nil {
 		return res, fmt.Errorf("send flow to %s: %w", dst, errors.Join(err, ctx.Err()))
@@ -368,9 +368,9 @@ func setCC(cc string) func(_, _ string, raw syscall.RawConn) error {
 }
 
 // writeFlow writes the header and the payload pattern of a flow of
-// cfg.Bytes. beforeLast, when not nil, runs just before the write of the
-// last chunk.
-func writeFlow(w io.Writer, cfg FlowConfig, beforeLast func() error) error {
+// cfg.Bytes. lastByte, when not nil, sends the flow's last byte in place
+// of w.
+func writeFlow(w io.Writer, cfg FlowConfig, lastByte func(b byte) error) error {
 	buf := make([]byte, chunkSize)
 	putHeader(buf, cfg.Seed, cfg.Bytes)
 	used := headerLen
@@ -379,10 +379,14 @@ func writeFlow(w io.Writer, cfg FlowConfig, beforeLast func() error) error {
 	for sent := int64(0); ; {
 		n := int(min(int64(len(buf)-used), cfg.Bytes-sent))
 		Pattern(cfg.Seed, sent, buf[used:used+n])
-		if sent+int64(n) == cfg.Bytes && beforeLast != nil {
-			if err := beforeLast(); err != nil {
-				return err
+		if sent+int64(n) == cfg.Bytes && lastByte != nil {
+			end := used + n - 1
+			if end > 0 {
+				if _, err := w.Write(buf[:end]); err != nil {
+					return fmt.Errorf("write at payload offset %d: %w", sent, err)
+				}
 			}
+			return lastByte(buf[end])
 		}
 		if _, err := w.Write(buf[:used+n]); err != nil {
 			return fmt.Errorf("write at payload offset %d: %w", sent, err)

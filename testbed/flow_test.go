@@ -265,3 +265,42 @@ func TestAckedIn(t *testing.T) {
 		}
 	})
 }
+
+// TestAckedInConcurrentFlows sends many flows at once through a slow
+// bottleneck from senders with small send buffers, so that their last
+// writes wait for buffer space: each must complete intact and get its ACK
+// timestamp.
+func TestAckedInConcurrentFlows(t *testing.T) {
+	d := newTestDumbbell(t, DumbbellConfig{Senders: 2, BottleneckRate: 100e6, BufferBytes: 256 << 10})
+	// Small send buffers, as a CC with a small window gets, keep the
+	// senders' sockets unwritable for most of each flow.
+	for _, s := range d.Senders {
+		if err := s.setSysctls(sysctl{"net/ipv4/tcp_wmem", "4096 16384 65536"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := startTestSink(t, d.Receiver, netip.AddrPortFrom(d.Receiver.Addr, 0))
+	const flows = 16
+	type result struct {
+		res FlowResult
+		err error
+	}
+	out := make(chan result, flows)
+	for i := range flows {
+		go func() {
+			res, err := SendFlow(testContext(t), d.Senders[i%2], sink.Addr,
+				FlowConfig{CC: "cubic", Bytes: 1 << 20, Seed: uint64(i), Timeout: 20 * time.Second})
+			out <- result{res, err}
+		}()
+	}
+	for range flows {
+		r := <-out
+		if r.err != nil {
+			t.Errorf("SendFlow: %v", r.err)
+			continue
+		}
+		if r.res.AckStampErr != nil || r.res.AckedIn <= 0 || r.res.AckedIn > r.res.Duration {
+			t.Errorf("acked in %v (error %v), done in %v", r.res.AckedIn, r.res.AckStampErr, r.res.Duration)
+		}
+	}
+}

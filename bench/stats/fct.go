@@ -10,8 +10,10 @@ type FCT struct {
 	Bytes    int64
 	Duration time.Duration
 	// QueueDelay is the longest the bottleneck's queue would have held a
-	// packet at any of its readings while the flow ran: the largest
-	// backlog read, at the line rate. It is valid only when Queued is set.
+	// packet at any of its readings while the flow lived (the caller
+	// decides the span; the bench takes the connection's whole life): the
+	// largest backlog read, at the line rate. It is valid only when Queued
+	// is set.
 	QueueDelay time.Duration
 	Queued     bool
 }

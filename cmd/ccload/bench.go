@@ -33,7 +33,10 @@ topology, --repeat times, and measure:
   - the bottleneck queue (qdisc backlog sampled every 100us, and the INT
     hop's own model of it),
   - flow completion times (p50, p99, p99.9) and slowdown by size bucket
-    (<10KB, 10KB-1MB, >1MB),
+    (<10KB, 10KB-1MB, >1MB), from connect() to the kernel's timestamp of
+    the ACK of the flow's last byte, and the queueing delay the slowest
+    flows of each bucket met at the bottleneck (whether the queue explains
+    the tail),
   - Jain's fairness and convergence time (fairness scenario),
   - what each ACK costs the CC's BPF program and INT's sockops program
     (kernel BPF statistics), above a floor measured on a null CC in the
