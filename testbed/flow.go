@@ -293,10 +293,8 @@ func dialCC(ctx context.Context, host *Host, dst netip.AddrPort, cc string) (*ne
 	}
 	f := os.NewFile(uintptr(fd), "tcp")
 	defer f.Close() // FileConn holds its own copy of the descriptor
-	if cc != "" {
-		if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc); err != nil {
-			return nil, fmt.Errorf("connect from netns %s: set congestion control %q: %w", host.Name, cc, err)
-		}
+	if err := setCCFd(fd, cc); err != nil {
+		return nil, fmt.Errorf("connect from netns %s: %w", host.Name, err)
 	}
 	if err := unix.Connect(fd, sa); err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		return nil, fmt.Errorf("connect from netns %s to %s: %w", host.Name, dst, err)
@@ -355,16 +353,20 @@ func awaitConnect(ctx context.Context, conn *net.TCPConn) error {
 // before bind or connect, or does nothing when cc is "".
 func setCC(cc string) func(_, _ string, raw syscall.RawConn) error {
 	return func(_, _ string, raw syscall.RawConn) error {
-		if cc == "" {
-			return nil
-		}
-		return controlErr(raw, func(fd int) error {
-			if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc); err != nil {
-				return fmt.Errorf("set congestion control %q: %w", cc, err)
-			}
-			return nil
-		})
+		return controlErr(raw, func(fd int) error { return setCCFd(fd, cc) })
 	}
+}
+
+// setCCFd sets congestion control cc on socket fd, or does nothing when cc
+// is "".
+func setCCFd(fd int, cc string) error {
+	if cc == "" {
+		return nil
+	}
+	if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc); err != nil {
+		return fmt.Errorf("set congestion control %q: %w", cc, err)
+	}
+	return nil
 }
 
 // writeFlow writes the header and the payload pattern of a flow of
