@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/sockstamp"
 )
 
 // A flow's completion time as the kernel sees it: when the ACK that
@@ -94,40 +96,12 @@ func lastAckStamp(fd int) (time.Time, error) {
 	return best, nil
 }
 
-// parseAckStamp reads one error-queue message's control data: a software
-// timestamp (SCM_TIMESTAMPING) and the extended error that says what it
-// stamps. ok is false when the message is not an ACK timestamp.
+// parseAckStamp reads one error-queue message's control data. ok is false
+// when the message is not an ACK timestamp.
 func parseAckStamp(oob []byte) (at time.Time, id uint32, ok bool, err error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return at, 0, false, fmt.Errorf("parse the error queue's control data: %w", err)
+	st, ok, err := sockstamp.Parse(oob)
+	if err != nil || !ok || st.Kind != unix.SCM_TSTAMP_ACK {
+		return time.Time{}, 0, false, err
 	}
-	var haveTS, haveACK bool
-	for _, m := range msgs {
-		switch {
-		case m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPING:
-			// Three timespecs: software, (deprecated), hardware.
-			if len(m.Data) < 16 {
-				return at, 0, false, fmt.Errorf("SCM_TIMESTAMPING of %d bytes", len(m.Data))
-			}
-			sec := int64(binary.NativeEndian.Uint64(m.Data[0:8]))
-			nsec := int64(binary.NativeEndian.Uint64(m.Data[8:16]))
-			if sec != 0 || nsec != 0 {
-				at, haveTS = time.Unix(sec, nsec), true
-			}
-		case (m.Header.Level == unix.SOL_IP && m.Header.Type == unix.IP_RECVERR) ||
-			(m.Header.Level == unix.SOL_IPV6 && m.Header.Type == unix.IPV6_RECVERR):
-			var ee unix.SockExtendedErr
-			if len(m.Data) < binary.Size(ee) {
-				return at, 0, false, fmt.Errorf("extended error of %d bytes", len(m.Data))
-			}
-			if _, err := binary.Decode(m.Data, binary.NativeEndian, &ee); err != nil {
-				return at, 0, false, fmt.Errorf("decode the extended error: %w", err)
-			}
-			if ee.Origin == unix.SO_EE_ORIGIN_TIMESTAMPING && ee.Info == unix.SCM_TSTAMP_ACK {
-				id, haveACK = ee.Data, true
-			}
-		}
-	}
-	return at, id, haveTS && haveACK, nil
+	return st.At, st.ID, true, nil
 }
