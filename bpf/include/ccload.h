@@ -19,10 +19,14 @@
  *   RECIP_ONE (2^32)     reciprocals the loader precomputes, so that the
  *                        per-ACK path multiplies instead of dividing
  *                        (struct power_params: µs per byte at host_bw).
+ *   CLOCK_DRIFT_ONE      a clock's drift against another, ns per ns:
+ *   (2^32)               1 ppm == 4295 (struct clock_offset, clock.h).
  *
  * Units that are plain integers, not scaled:
  *   time                 microseconds (us), as in tcp_sock->tcp_mstamp
- *                        and rate_sample->rtt_us;
+ *                        and rate_sample->rtt_us; the clock map's times
+ *                        and offsets are nanoseconds of CLOCK_TAI
+ *                        (bpf_ktime_get_tai_ns), see clock.h;
  *   windows              bytes inside the algorithms, converted to
  *                        packets (tp->mss_cache) only when written to
  *                        tp->snd_cwnd;
@@ -42,6 +46,9 @@
 
 #define RECIP_SHIFT 32
 #define RECIP_ONE (1ULL << RECIP_SHIFT)
+
+#define CLOCK_DRIFT_SHIFT 32
+#define CLOCK_DRIFT_ONE (1ULL << CLOCK_DRIFT_SHIFT)
 
 #define DCTCP_ALPHA_SHIFT 10
 #define DCTCP_ALPHA_ONE (1U << DCTCP_ALPHA_SHIFT)
