@@ -23,17 +23,23 @@ import (
 // compileSchema compiles results.schema.json.
 func compileSchema(t *testing.T) *jsonschema.Schema {
 	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema()))
+	return compileSchemaDoc(t, Schema(), SchemaID)
+}
+
+// compileSchemaDoc compiles the JSON Schema raw, whose $id is id.
+func compileSchemaDoc(t *testing.T, raw []byte, id string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		t.Fatalf("results.schema.json: %v", err)
+		t.Fatalf("%s: %v", id, err)
 	}
 	c := jsonschema.NewCompiler()
-	if err := c.AddResource(SchemaID, doc); err != nil {
+	if err := c.AddResource(id, doc); err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.Compile(SchemaID)
+	s, err := c.Compile(id)
 	if err != nil {
-		t.Fatalf("compile results.schema.json: %v", err)
+		t.Fatalf("compile %s: %v", id, err)
 	}
 	return s
 }

@@ -22,9 +22,10 @@ step "packages"
 # procps: sysctl, used as a user would in the tests. util-linux: nsenter,
 # setpriv. tshark: an independent decoder of the INT option in the loader
 # tests. busybox-static, cpio, qemu-system-x86, xz-utils, kmod: the
-# vmtests' initramfs and guests.
+# vmtests' initramfs and guests. linuxptp: ptp4l, the clock bench's
+# baseline beside the clock agent, and its tests.
 pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps util-linux tshark
-	busybox-static cpio qemu-system-x86 xz-utils kmod)
+	busybox-static cpio qemu-system-x86 xz-utils kmod linuxptp)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

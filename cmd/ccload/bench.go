@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,7 @@ func newBenchCmd(a *app) *cobra.Command {
 		cfg           bench.Config
 		asJSON        bool
 		controlRuns   int
+		clockCfg      bench.ClockConfig
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
@@ -60,6 +62,13 @@ Scenarios:
              distribution, mean 1.67MB) at --load of the bottleneck
   fairness   --flows flows join one by one, then leave one by one
   all        every scenario above, each into its own subdirectory of --out
+  clock      not CCs: --agents clock agents (ccload clock) on both sides of
+             the router, each given a clock off by milliseconds and tens
+             of ppm, with web-search cross traffic in one direction at each
+             of --clock-loads; reports |offset error| p50/p99/max of the
+             published offsets, the agents' direct fits, the NTP-style
+             midpoint of the same probes and ptp4l (software timestamps,
+             unicast, free running) in the same run, and the drift error
 
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
 CCs are attached for the run if they are not attached yet, and INT is
@@ -77,12 +86,23 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
   ccload bench --scenario incast --cc cubic,powertcp,hpcc --repeat 5
   ccload bench --scenario websearch --cc cubic,bbr,bpf_dctcp,theta_powertcp,powertcp,hpcc --load 0.6 --duration 20s --out results/
   ccload bench --scenario all --quick --out /tmp/smoke
-  ccload bench --schema > results.schema.json`,
+  ccload bench --scenario clock --out results/clock
+  ccload bench --schema > results.schema.json
+  ccload bench --scenario clock --schema > clock.schema.json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if c.Flags().Changed("schema") {
-				_, err := a.out.Write(bench.Schema())
+				schema := bench.Schema()
+				if scenario == bench.ScenarioClock {
+					schema = bench.ClockSchema()
+				}
+				_, err := a.out.Write(schema)
 				return err
+			}
+			if scenario == bench.ScenarioClock {
+				clockCfg.Duration, clockCfg.Quick, clockCfg.Seed = cfg.Duration, cfg.Quick, cfg.Seed
+				clockCfg.Command = strings.Join(os.Args, " ")
+				return a.runClockBench(c, clockCfg, sizes, out, asJSON)
 			}
 			scenarios, err := bench.ScenariosFor(scenario)
 			if err != nil {
@@ -127,7 +147,11 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&scenario, "scenario", "", "longflow, incast, websearch, fairness, or all")
+	f.StringVar(&scenario, "scenario", "", "longflow, incast, websearch, fairness, all, or clock")
+	f.Float64SliceVar(&clockCfg.Loads, "clock-loads", bench.DefaultClockLoads(), "clock: the cross traffic's loads, one run each")
+	f.DurationVar(&clockCfg.Window, "window", 0, "clock: the agents' estimation window (default 2s; 500ms with --quick)")
+	f.IntVar(&clockCfg.Agents, "agents", 0, "clock: clock agents, one on the receiver and the rest on senders (default 5)")
+	f.BoolVar(&clockCfg.PTP, "ptp4l", true, "clock: run linuxptp's ptp4l beside the agents, for comparison")
 	f.StringSliceVar(&ccs, "cc", bench.DefaultCCs(), "CCs to compare, in run order")
 	f.Float64Var(&cfg.Load, "load", bench.DefaultLoad, "websearch: offered load, a fraction of the bottleneck")
 	f.DurationVar(&cfg.Duration, "duration", 0, "traffic time per CC (default 10s longflow, 16s fairness, 20s otherwise; 3s with --quick)")
@@ -147,7 +171,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "queue sampling interval")
 	f.IntVar(&controlRuns, "control-plane-runs", 15, fmt.Sprintf("time attach, set and detach of theta_powertcp as processes this many times each, before the scenarios (0 to skip; at most %d)", bench.MaxControlPlaneRuns))
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
-	f.Bool("schema", false, "print the JSON Schema of results.json and exit")
+	f.Bool("schema", false, "print the JSON Schema of results.json and exit (with --scenario clock: of the clock scenario's)")
 	return c
 }
 
@@ -158,4 +182,40 @@ func benchInputError(c *cobra.Command, err error) error {
 		return usage(c, in)
 	}
 	return err
+}
+
+// runClockBench runs `ccload bench --scenario clock`.
+func (a *app) runClockBench(c *cobra.Command, cfg bench.ClockConfig, sizes bench.Sizes, out string, asJSON bool) error {
+	var rates bench.Config
+	if err := sizes.Apply(&rates); err != nil {
+		return benchInputError(c, err)
+	}
+	cfg.RateBps, cfg.BufferBytes = rates.RateBps, rates.BufferBytes
+	if err := cfg.Validate(); err != nil {
+		return usage(c, err)
+	}
+	ctx, stop := runContext(c, 0)
+	defer stop()
+	var progress io.Writer = a.out
+	if asJSON {
+		progress = c.ErrOrStderr()
+	}
+	rep, err := bench.RunClock(ctx, cfg, progress)
+	if err != nil {
+		return err
+	}
+	if out != "" {
+		files, err := rep.Write(out)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(progress, "wrote %s\n", f)
+		}
+	}
+	if asJSON {
+		return a.printJSON(rep.Results)
+	}
+	fmt.Fprintln(a.out)
+	return rep.Table(a.out)
 }

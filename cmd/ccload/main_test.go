@@ -222,7 +222,9 @@ func decode(t *testing.T, v any, args ...string) {
 	}
 }
 
-// TestMissingCapabilities runs the real binary as an unprivileged user.
+// TestMissingCapabilities runs the real binary as an unprivileged user:
+// each command must name the missing capabilities before it touches
+// anything.
 func TestMissingCapabilities(t *testing.T) {
 	testutil.RequireRoot(t)
 	setpriv, err := exec.LookPath("setpriv")
@@ -234,16 +236,26 @@ func TestMissingCapabilities(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	os.Chmod(filepath.Dir(bin), 0o755)
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		bin, "attach", "theta_powertcp")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("attach as nobody succeeded:\n%s", out)
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"attach", "theta_powertcp"}, []string{"missing CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN", "fix:"}},
+		{[]string{"clock", "run", "--peers", "198.18.0.1", "--duration", "1s"}, []string{"missing CAP_BPF", "fix:"}},
 	}
-	for _, want := range []string{"missing CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN", "fix:"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args[:2], "_"), func(t *testing.T) {
+			args := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin}, tt.args...)
+			out, err := exec.Command(setpriv, args...).CombinedOutput()
+			if err == nil {
+				t.Fatalf("%s as nobody succeeded:\n%s", strings.Join(tt.args, " "), out)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 
