@@ -214,7 +214,10 @@ func createPinned(host kernel.Host, dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
 	}
-	st, err := pin.NewStage(filepath.Dir(dir), "clock", dir)
+	// The stage is named by the netns as well as the process: one process
+	// may start agents in several namespaces at once (the tests, a daemon),
+	// and a stage of the same name would be taken for a dead one's.
+	st, err := pin.NewStage(filepath.Dir(dir), "clock-"+filepath.Base(dir), dir)
 	if err != nil {
 		return err
 	}

@@ -117,6 +117,7 @@ func TestClockCLI(t *testing.T) {
 		if !strings.HasPrefix(st.Map, e.bpffs) || len(st.Peers) != 1 || st.Peers[0].Peer != pair[1].Addr.String() ||
 			!st.Peers[0].Probed || st.Peers[0].PureShare <= 0 || st.Peers[0].ErrorNs == 0 {
 			t.Errorf("status in %s: %s", pair[0].Name, out)
+			continue
 		}
 		// Both hosts share one clock: the offset is an error. Bound it
 		// wide; the clock bench measures it.
