@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/ccload/ccload/qdisc"
 )
 
 // DefaultPort is the agents' UDP port.
@@ -249,7 +251,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	// The scrubber goes first: the socket's receive stamps are on for
 	// the whole host from the moment it opens.
-	scrub, err := newScrubber()
+	scrub, err := newScrubber(qdisc.MethodAuto)
 	if err != nil {
 		return nil, err
 	}

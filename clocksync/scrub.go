@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/qdisc"
@@ -21,6 +22,7 @@ import (
 // as long as the agent, whose socket keeps the stamps on: with TCX the
 // kernel detaches it when the agent's process ends, however it ends.
 type scrubber struct {
+	method   qdisc.Method // MethodAuto but in tests
 	prog     *ebpf.Program
 	ns       netns.NsHandle            // the agent's network namespace
 	attached map[int]*qdisc.Attachment // by ifindex
@@ -30,9 +32,9 @@ type scrubber struct {
 // apart from the hop's (qdisc.DefaultPriority) on the same egress.
 const scrubPriority = qdisc.DefaultPriority - 1
 
-// newScrubber loads the scrub program and attaches it to every interface
-// of the calling thread's network namespace.
-func newScrubber() (*scrubber, error) {
+// newScrubber loads the scrub program and attaches it by method to every
+// interface of the calling thread's network namespace.
+func newScrubber(method qdisc.Method) (*scrubber, error) {
 	ns, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("open this thread's network namespace: %w", err)
@@ -49,7 +51,7 @@ func newScrubber() (*scrubber, error) {
 		ns.Close()
 		return nil, kernel.LoadError("load the clock agent's stamp-scrub program (bpf_ktime_get_tai_ns needs Linux 6.1)", err)
 	}
-	s := &scrubber{prog: objs.Prog, ns: ns, attached: map[int]*qdisc.Attachment{}}
+	s := &scrubber{method: method, prog: objs.Prog, ns: ns, attached: map[int]*qdisc.Attachment{}}
 	if err := s.sync(); err != nil {
 		s.close()
 		return nil, err
@@ -74,7 +76,7 @@ func (s *scrubber) sync() error {
 		if s.attached[ifi.Index] != nil {
 			continue
 		}
-		a, err := qdisc.Attach(ifi.Name, s.prog, qdisc.AttachOptions{Direction: qdisc.Egress, Priority: scrubPriority})
+		a, err := s.attach(ifi.Name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("clear receive stamps leaving by %s: %w", ifi.Name, err))
 			continue
@@ -90,6 +92,26 @@ func (s *scrubber) sync() error {
 	}
 	return errors.Join(errs...)
 }
+
+// attach attaches the program to iface's egress. On a kernel without TCX
+// an agent that died (kill -9) left its filter at scrubPriority, which
+// fails the attach with EEXIST: that filter is removed, and the attach
+// tried once more.
+func (s *scrubber) attach(iface string) (*qdisc.Attachment, error) {
+	opts := qdisc.AttachOptions{Direction: qdisc.Egress, Method: s.method, Priority: scrubPriority}
+	a, err := qdisc.Attach(iface, s.prog, opts)
+	if err == nil || !errors.Is(err, unix.EEXIST) {
+		return a, err
+	}
+	removed, rerr := qdisc.RemoveStaleFilter(iface, qdisc.Egress, scrubPriority, scrubProgName)
+	if rerr != nil || !removed {
+		return nil, errors.Join(err, rerr)
+	}
+	return qdisc.Attach(iface, s.prog, opts)
+}
+
+// scrubProgName is clock_scrub's name as the kernel keeps it.
+const scrubProgName = "clock_scrub"
 
 // syncInNetns is sync from any goroutine: it runs it on a thread of its
 // own switched into the agent's network namespace, whose interfaces and

@@ -2,13 +2,19 @@ package clocksync
 
 import (
 	"encoding/binary"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
+	"github.com/ccload/ccload/qdisc"
+	"github.com/ccload/ccload/testbed"
 )
 
 // skbCtxSize and skbTstampOff are the size of struct __sk_buff and the
@@ -88,4 +94,123 @@ func TestScrubClearsOnlyReceiveStamps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScrubReplacesFilterOfDeadAgent leaves clock_scrub's cls_bpf filter
+// behind on every interface of a netns, as an agent killed on a kernel
+// without TCX does, and checks that the next agent's scrubber takes the
+// priority over, detaches cleanly, and refuses to remove a filter there
+// that runs another program.
+func TestScrubReplacesFilterOfDeadAgent(t *testing.T) {
+	testutil.RequireRoot(t)
+	pair := testnet.NewPair(t)
+	h := pair.A
+	iface := soleIface(t, h)
+
+	leave := func(prog *ebpf.Program) {
+		t.Helper()
+		err := h.Do(func() error {
+			a, err := qdisc.Attach(iface, prog, qdisc.AttachOptions{Direction: qdisc.Egress, Method: qdisc.MethodClsact, Priority: scrubPriority})
+			if err != nil {
+				return err
+			}
+			return a.Release()
+		})
+		if err != nil {
+			t.Fatalf("leave a filter on %s: %v", iface, err)
+		}
+	}
+	filters := func() int {
+		t.Helper()
+		n := 0
+		err := h.Do(func() error {
+			removed, err := qdisc.RemoveStaleFilter(iface, qdisc.Egress, scrubPriority, scrubProgName)
+			if removed {
+				n++
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// A dead agent's filter.
+	dead, err := newScrubberIn(t, h, qdisc.MethodClsact)
+	if err != nil {
+		t.Fatalf("first scrubber: %v", err)
+	}
+	// Killed: the kernel keeps its filters, the process's handles go.
+	for _, a := range dead.attached {
+		if err := a.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead.prog.Close()
+	dead.ns.Close()
+	next, err := newScrubberIn(t, h, qdisc.MethodClsact)
+	if err != nil {
+		t.Fatalf("scrubber after a dead agent's filter: %v", err)
+	}
+	h.Do(func() error { next.close(); return nil })
+	if n := filters(); n != 0 {
+		t.Errorf("%d clock_scrub filters left after close", n)
+	}
+
+	// Someone else's program at the same priority stays.
+	other := loadPassProgram(t)
+	leave(other)
+	if _, err := newScrubberIn(t, h, qdisc.MethodClsact); err == nil || !strings.Contains(err.Error(), "exists already") {
+		t.Errorf("scrubber over another program's filter: %v, want the attach's EEXIST", err)
+	}
+}
+
+// newScrubberIn starts a scrubber in h's netns.
+func newScrubberIn(t *testing.T, h *testbed.Host, method qdisc.Method) (*scrubber, error) {
+	t.Helper()
+	var s *scrubber
+	err := h.Do(func() error {
+		var err error
+		s, err = newScrubber(method)
+		return err
+	})
+	return s, err
+}
+
+// soleIface is h's one interface that is not lo.
+func soleIface(t *testing.T, h *testbed.Host) string {
+	t.Helper()
+	var name string
+	err := h.Do(func() error {
+		ifs, err := net.Interfaces()
+		if err != nil {
+			return err
+		}
+		for _, ifi := range ifs {
+			if ifi.Flags&net.FlagLoopback == 0 {
+				name = ifi.Name
+			}
+		}
+		return nil
+	})
+	if err != nil || name == "" {
+		t.Fatalf("find %s's interface: %v", h, err)
+	}
+	return name
+}
+
+// loadPassProgram loads a tc program named other_prog that lets every
+// packet pass.
+func loadPassProgram(t *testing.T) *ebpf.Program {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "other_prog", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+	})
+	if err != nil {
+		t.Fatalf("load a pass program: %v", err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return prog
 }

@@ -168,3 +168,33 @@ func (f *clsactFilter) present() (bool, error) {
 	}
 	return false, nil
 }
+
+// RemoveStaleFilter deletes the cls_bpf filter at priority prio on side
+// dir of iface's clsact qdisc if the program it runs is named name. A
+// process that attached a program by clsact (kernels before 6.6) and died
+// without detaching it leaves such a filter, and a new attach at the same
+// priority fails with EEXIST until it is gone. A filter at prio that runs
+// another program is left alone. It reports whether it deleted one.
+func RemoveStaleFilter(iface string, dir Direction, prio uint16, name string) (bool, error) {
+	d, err := openNetdev(iface)
+	if err != nil {
+		return false, err
+	}
+	defer d.close()
+	parent := clsactFilterParent(dir)
+	fs, err := d.filters(parent)
+	if err != nil {
+		return false, err
+	}
+	for _, f := range fs {
+		if f.Kind != "bpf" || f.Info>>16 != uint32(prio) || f.BPF == nil || f.BPF.Name == nil || *f.BPF.Name != name {
+			continue
+		}
+		del := &tc.Object{Msg: d.msg(f.Handle, parent, f.Info), Attribute: tc.Attribute{Kind: "bpf"}}
+		if err := d.tc.Filter().Delete(del); err != nil && !errGone(err) {
+			return false, fmt.Errorf("delete the stale %s filter from %s %s: %w", name, iface, dir, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}

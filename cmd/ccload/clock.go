@@ -63,7 +63,14 @@ the estimates its neighbours send it, and writes them to the clock map.
 Entries expire three windows after their last update, so a stopped agent's
 offsets are soon ignored. Timestamps are the kernel's software ones, or the
 NIC's with --hw-timestamps --iface IF (the NIC's clock must follow
-CLOCK_REALTIME, as phc2sys keeps it).`,
+CLOCK_REALTIME, as phc2sys keeps it).
+
+Software receive timestamps are stamped on every packet the host receives,
+which fq drops where a received packet is sent on with its stamp
+(multicast routing, tc mirred mirror). While it runs, the agent therefore
+keeps a small tc program (clock_scrub) at the egress of every interface of
+this network namespace that clears such stamps; it goes when the agent
+stops. See docs/clock.md.`,
 		Args: exactArgs(0, "no arguments (peers go in --peers)"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if !c.Flags().Changed("peers") {
