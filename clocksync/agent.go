@@ -192,14 +192,13 @@ type probeState struct {
 	pending map[uint32]*exchange
 	obs     Observations
 	ex      []Exchange
-	// spans are the last fitSpan windows' observations, and good the
+	// spans are the last driftSpan windows' observations, and good the
 	// last fit believed, sinceGood windows ago (window.go).
 	spans      []Observations
 	good       Fit
 	haveGood   bool
 	sinceGood  int
 	goodMargin float64
-	history    []offsetPoint
 	pairs      int
 	pure       int
 	answers    int // replies this window

@@ -168,6 +168,72 @@ func FitAtSlope(obs Observations, slope float64, ref int64) (Fit, error) {
 	}, nil
 }
 
+// EnvelopeDrift estimates the drift from one direction alone: the slope of
+// the line that bounds that direction's points on their near side (below
+// the forward points, above the reverse ones) and lies closest to them on
+// average. That line is the hull edge over the points' mean time (the
+// linear program of Zhang, Liu and Xia, INFOCOM 2002). Each direction's
+// queueing only lifts its own points off the line, so the direction whose
+// points lie closer to their line on average, the less queued one, gives
+// the drift; a queue that one direction holds for seconds, which tilts
+// FitLine's slope and every offset the history fits a slope to, does not
+// move it. It needs two probes at different times in a direction to use
+// it, and reports ok false when neither has them.
+func EnvelopeDrift(obs Observations) (drift float64, ok bool) {
+	fwd := make([]hullPoint, len(obs.Forward))
+	for i, p := range obs.Forward {
+		fwd[i] = hullPoint{t: p.Send, y: p.Recv - p.Send}
+	}
+	rev := make([]hullPoint, len(obs.Reverse))
+	for i, p := range obs.Reverse {
+		// Negated, so that the reverse points' upper bound is a lower
+		// one, whose slope is the drift negated.
+		rev[i] = hullPoint{t: p.Recv, y: p.Recv - p.Send}
+	}
+	best := math.Inf(1)
+	for _, dir := range []struct {
+		pts  []hullPoint
+		sign float64
+	}{{fwd, 1}, {rev, -1}} {
+		slope, excess, found := lowerEnvelope(dir.pts)
+		if found && excess < best {
+			best, drift, ok = excess, dir.sign*slope, true
+		}
+	}
+	return drift, ok
+}
+
+// lowerEnvelope returns the slope of the line below every point of pts
+// that is highest at their mean time, and the mean height of the points
+// above it. found is false without two distinct times.
+func lowerEnvelope(pts []hullPoint) (slope, excess float64, found bool) {
+	if len(pts) < 2 {
+		return 0, 0, false
+	}
+	// Relative to the first point, so that the sums stay exact enough.
+	t0, y0 := pts[0].t, pts[0].y
+	var st, sy float64
+	for _, p := range pts {
+		st += float64(p.t - t0)
+		sy += float64(p.y - y0)
+	}
+	n := float64(len(pts))
+	mean := st / n
+	hull := lowerHull(pts)
+	if len(hull) < 2 {
+		return 0, 0, false
+	}
+	// The edge over the mean time; the hull spans every point's time.
+	i := 1
+	for i < len(hull)-1 && float64(hull[i].t-t0) < mean {
+		i++
+	}
+	a, b := hull[i-1], hull[i]
+	slope = edgeSlope(a, b).float()
+	at := float64(a.y-y0) + slope*(mean-float64(a.t-t0)) // the line at the mean time
+	return slope, sy/n - at, true
+}
+
 // earliestLocalTime returns the earliest local-clock time among the probes:
 // the Send of a forward probe or the Recv of a reverse one.
 func earliestLocalTime(obs Observations) int64 {

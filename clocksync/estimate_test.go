@@ -518,3 +518,57 @@ func TestMidpointAndFitLineBias(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvelopeDrift recovers the drift from the less queued direction, in
+// either direction, with queueing that tilts FitLine's slope. The bounds
+// are over 3x the worst of 300 seeds, logged below.
+func TestEnvelopeDrift(t *testing.T) {
+	tests := []struct {
+		name     string
+		sim      probeSim
+		maxDrift float64 // ppm
+	}{
+		{"+5 ms +20 ppm, heavy forward", probeSim{5 * simMs, 20 * simPPM, simMinDelay, heavyQueue, expQueue(5 * simUs)}, 0.3},
+		{"-3 ms -15 ppm, heavy forward", probeSim{-3 * simMs, -15 * simPPM, simMinDelay, heavyQueue, expQueue(5 * simUs)}, 0.3},
+		{"+5 ms +20 ppm, heavy reverse", probeSim{5 * simMs, 20 * simPPM, simMinDelay, expQueue(5 * simUs), heavyQueue}, 0.3},
+		{"-3 ms -15 ppm, exp 50 µs both ways", probeSim{-3 * simMs, -15 * simPPM, simMinDelay, expQueue(50 * simUs), expQueue(50 * simUs)}, 3},
+	}
+	const seeds = 300
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var worst, worstLine float64
+			for seed := range uint64(seeds) {
+				rng := rand.New(rand.NewPCG(seed, 0xe17e))
+				obs := tt.sim.observe(rng)
+				drift, ok := EnvelopeDrift(obs)
+				if !ok {
+					t.Fatalf("seed %d: no drift", seed)
+				}
+				err := math.Abs(drift - tt.sim.drift)
+				worst = max(worst, err)
+				if fit, ferr := FitLine(obs, simRef); ferr == nil {
+					worstLine = max(worstLine, math.Abs(fit.Drift-tt.sim.drift))
+				}
+				if err > tt.maxDrift*simPPM {
+					t.Errorf("seed %d: drift %.3f ppm, want %.3f ± %.2f", seed, drift/simPPM, tt.sim.drift/simPPM, tt.maxDrift)
+				}
+			}
+			t.Logf("worst of %d seeds: %.3f ppm (FitLine's slope: %.3f ppm)", seeds, worst/simPPM, worstLine/simPPM)
+		})
+	}
+}
+
+func TestEnvelopeDriftNeedsTwoTimes(t *testing.T) {
+	one := []Probe{{Send: simStart, Recv: simStart + 1000}}
+	if _, ok := EnvelopeDrift(Observations{Forward: one, Reverse: one}); ok {
+		t.Error("a drift from one probe each way")
+	}
+	if _, ok := EnvelopeDrift(Observations{}); ok {
+		t.Error("a drift from no probes")
+	}
+	// Forward alone is enough: 2 µs over 1 s is 2 ppm.
+	fwd := []Probe{{Send: simStart, Recv: simStart + 1000}, {Send: simStart + 1e9, Recv: simStart + 1e9 + 3000}}
+	if d, ok := EnvelopeDrift(Observations{Forward: fwd}); !ok || math.Abs(d-2e-6) > 1e-12 {
+		t.Errorf("drift %g, %v; want 2e-6", d, ok)
+	}
+}

@@ -113,15 +113,21 @@ func (a *Agent) fitPeers(ref int64, report *WindowReport) []meshEdge {
 // far toward the queued direction: where one direction's queue stays
 // busy for a whole window, no probe sees the path empty and the margin
 // (half the gap between the directions' bounding lines) grows by the
-// queueing delay. Two defences:
-//   - the fit spans the last fitSpan windows, not one, so a probe that
-//     found the queue empty in any of them anchors the line;
+// queueing delay. Three defences:
+//   - the drift comes from the less queued direction alone
+//     (EnvelopeDrift), over the last driftSpan windows, and only the
+//     offset is fitted to both directions at that slope; a free slope
+//     would tilt toward the queued side, and carry that tilt into the
+//     offset wherever it is read;
+//   - the offset's fit spans the last fitSpan windows, not one, so a
+//     probe that found the queue empty in any of them anchors it;
 //   - a fit whose margin is far above the peer's recent ones is not
 //     believed: the last believed fit is carried forward along its drift
 //     instead, for up to holdWindows windows, its error growing by
 //     holdDriftErr per ns it is carried.
 const (
 	fitSpan      = 3
+	driftSpan    = 8
 	holdWindows  = 5
 	holdFactor   = 4.0
 	holdFloor    = 20_000.0 // ns: margins below this are always believed
@@ -129,27 +135,20 @@ const (
 )
 
 // fit fits the peer's recent probes at ref, and starts the next window.
-// Once the peer's offsets span driftSpan windows, the drift is the one of
-// their history (longDrift) and only the offset is fitted to the probes.
 func (st *probeState) fit(ref int64) (Fit, bool) {
 	st.spans = append(st.spans, st.obs)
-	if len(st.spans) > fitSpan {
-		st.spans = st.spans[len(st.spans)-fitSpan:]
-	}
-	var all Observations
-	for _, o := range st.spans {
-		all.Forward = append(all.Forward, o.Forward...)
-		all.Reverse = append(all.Reverse, o.Reverse...)
+	if len(st.spans) > driftSpan {
+		st.spans = st.spans[len(st.spans)-driftSpan:]
 	}
 	st.sinceGood++
 	var (
 		fit Fit
 		err error
 	)
-	if slope, ok := st.longDrift(); ok {
-		fit, err = FitAtSlope(all, slope, ref)
+	if slope, ok := EnvelopeDrift(st.joined(driftSpan)); ok {
+		fit, err = FitAtSlope(st.joined(fitSpan), slope, ref)
 	} else {
-		fit, err = FitLine(all, ref)
+		fit, err = FitLine(st.joined(fitSpan), ref)
 	}
 	fresh := err == nil && math.Abs(fit.Drift) <= maxDrift
 	if fresh && (math.Abs(fit.Margin) <= max(holdFloor, holdFactor*st.goodMargin) || !st.haveGood) {
@@ -158,10 +157,6 @@ func (st *probeState) fit(ref int64) (Fit, bool) {
 			st.goodMargin = math.Abs(fit.Margin)
 		} else {
 			st.goodMargin += (math.Abs(fit.Margin) - st.goodMargin) / 8
-		}
-		st.history = append(st.history, offsetPoint{ref: ref, offset: fit.Offset})
-		if len(st.history) > driftSpan {
-			st.history = st.history[len(st.history)-driftSpan:]
 		}
 		return fit, true
 	}
@@ -176,44 +171,14 @@ func (st *probeState) fit(ref int64) (Fit, bool) {
 	return held, true
 }
 
-// driftSpan is how many believed offsets the drift is taken from, and
-// minDriftPoints how many it needs.
-const (
-	driftSpan      = 16
-	minDriftPoints = 4
-)
-
-// offsetPoint is one believed offset and the local time it held at.
-type offsetPoint struct {
-	ref    int64
-	offset float64
-}
-
-// longDrift is the drift over the peer's believed offsets: the median of
-// the slopes between every two of them (Theil-Sen), which one bad window
-// does not move.
-func (st *probeState) longDrift() (float64, bool) {
-	h := st.history
-	if len(h) < minDriftPoints {
-		return 0, false
+// joined is the probes of the last n windows.
+func (st *probeState) joined(n int) Observations {
+	var all Observations
+	for _, o := range st.spans[max(0, len(st.spans)-n):] {
+		all.Forward = append(all.Forward, o.Forward...)
+		all.Reverse = append(all.Reverse, o.Reverse...)
 	}
-	slopes := make([]float64, 0, len(h)*(len(h)-1)/2)
-	for i := range h {
-		for j := i + 1; j < len(h); j++ {
-			if dt := float64(h[j].ref - h[i].ref); dt > 0 {
-				slopes = append(slopes, (h[j].offset-h[i].offset)/dt)
-			}
-		}
-	}
-	if len(slopes) == 0 {
-		return 0, false
-	}
-	sort.Float64s(slopes)
-	n := len(slopes)
-	if n%2 == 1 {
-		return slopes[n/2], true
-	}
-	return (slopes[n/2-1] + slopes[n/2]) / 2, true
+	return all
 }
 
 // expire drops stale exchanges and edges. Call with mu held.
