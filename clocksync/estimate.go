@@ -140,9 +140,9 @@ func FitLine(obs Observations, ref int64) (Fit, error) {
 	}, nil
 }
 
-// FitAtSlope is FitLine with the slope given: the drift, when a longer
-// history than one window knows it better (the agent estimates it from its
-// recent offsets). With the slope fixed, the margin's maximum is exact and
+// FitAtSlope is FitLine with the slope given: the drift, when something
+// knows it better than one window's line (the agent takes it from
+// EnvelopeDrift over several windows). With the slope fixed, the margin's maximum is exact and
 // cheap: half the gap between the lowest forward point and the highest
 // reverse point, each measured along that slope.
 func FitAtSlope(obs Observations, slope float64, ref int64) (Fit, error) {
@@ -176,8 +176,8 @@ func FitAtSlope(obs Observations, slope float64, ref int64) (Fit, error) {
 // queueing only lifts its own points off the line, so the direction whose
 // points lie closer to their line on average, the less queued one, gives
 // the drift; a queue that one direction holds for seconds, which tilts
-// FitLine's slope and every offset the history fits a slope to, does not
-// move it. It needs two probes at different times in a direction to use
+// FitLine's slope (and any slope fitted to the offsets it biases), does
+// not move it. It needs two probes at different times in a direction to use
 // it, and reports ok false when neither has them.
 func EnvelopeDrift(obs Observations) (drift float64, ok bool) {
 	fwd := make([]hullPoint, len(obs.Forward))
