@@ -108,10 +108,11 @@ func (s Skewed) FromKernel(t time.Time) int64 { return s.skew(s.Base.FromKernel(
 // when a reads at, for tests and the bench that know both skews. Both must
 // share one base.
 func OffsetAt(a, b Skewed, at int64) float64 {
-	// Invert a's skew: at = base + a.Offset + a.Drift·(base − a.Origin).
-	base := (float64(at) - float64(a.Offset) + a.Drift*float64(a.Origin)) / (1 + a.Drift)
-	bRead := base + float64(b.Offset) + b.Drift*(base-float64(b.Origin))
-	return bRead - float64(at)
+	// Invert a's skew, at = base + a.Offset + a.Drift·x with x = base −
+	// a.Origin, in differences: a float64 holds an absolute time of ns
+	// since 1970 only to 256 ns.
+	x := float64(at-a.Origin-a.Offset) / (1 + a.Drift)
+	return float64(b.Offset-a.Offset) + b.Drift*(x+float64(a.Origin-b.Origin)) - a.Drift*x
 }
 
 // DriftOf is the true drift of clock b relative to clock a: the slope of

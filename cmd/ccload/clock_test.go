@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"math"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ccload/ccload/clocksync"
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -162,4 +167,103 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Errorf("condition not met in time")
+}
+
+// TestClockStatusShowsInjectedOffsets runs an agent in each host of a
+// netns pair, each with a clock shifted by a known offset and drift
+// (clocksync.Skewed, the agent's test seam), and checks that `ccload clock
+// status --json` in each netns reports the other's offset within three
+// error bounds (and 20 µs) and its drift within 5 ppm. The bounds are
+// wide: accuracy is the clock bench's to measure.
+func TestClockStatusShowsInjectedOffsets(t *testing.T) {
+	e := newHopCLIEnv(t)
+	pins := kernel.DefaultHost()
+	pins.BPFFS = e.bpffs
+	base, err := clocksync.NewSystemClock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := base.Now()
+	hosts := []*testbed.Host{e.pair.A, e.pair.B}
+	clocks := []clocksync.Skewed{
+		{Base: base, Offset: 5_000_000, Drift: 20e-6, Origin: origin},
+		{Base: base, Offset: -3_000_000, Drift: -15e-6, Origin: origin},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i, h := range hosts {
+		var (
+			a *clocksync.Agent
+			o *clocksync.Offsets
+		)
+		err := h.Do(func() error {
+			var err error
+			if o, err = clocksync.OpenForAgent(pins); err != nil {
+				return err
+			}
+			a, err = clocksync.New(clocksync.Config{
+				Peers:   clocksync.PeerSet{Addrs: []netip.Addr{hosts[1-i].Addr}},
+				Window:  300 * time.Millisecond,
+				Clock:   clocks[i],
+				Offsets: o,
+				Seed:    uint64(i + 1),
+			})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("start the agent in %s: %v", h.Name, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer o.Close()
+			defer a.Close()
+			if err := a.Run(ctx); err != nil {
+				t.Errorf("agent in %s: %v", h.Name, err)
+			}
+		}()
+	}
+
+	type entry struct {
+		Peer    string  `json:"peer"`
+		Offset  int64   `json:"offset_ns"`
+		Ref     uint64  `json:"ref_ns"`
+		Drift   float64 `json:"drift"`
+		ErrorNs uint32  `json:"error_ns"`
+	}
+	status := func(h *testbed.Host) []entry {
+		code, out, stderr := e.cliIn(t, h, "clock", "status", "--json")
+		if code != 0 {
+			return nil
+		}
+		var st struct {
+			Peers []entry `json:"peers"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json in %s: %v\n%s%s", h.Name, err, out, stderr)
+		}
+		return st.Peers
+	}
+	waitFor(t, func() bool { return len(status(hosts[0])) == 1 && len(status(hosts[1])) == 1 })
+	time.Sleep(2 * time.Second) // a few windows more, for the drift
+
+	for i, h := range hosts {
+		peers := status(h)
+		if len(peers) != 1 || peers[0].Peer != hosts[1-i].Addr.String() {
+			t.Errorf("status in %s: %+v, want one entry for %s", h.Name, peers, hosts[1-i].Addr)
+			continue
+		}
+		p := peers[0]
+		want := clocksync.OffsetAt(clocks[i], clocks[1-i], int64(p.Ref))
+		wantDrift := clocksync.DriftOf(clocks[i], clocks[1-i])
+		t.Logf("%s: offset %d ns, injected %.0f (error bound %d ns); drift %.3f ppm, injected %.3f",
+			h.Name, p.Offset, want, p.ErrorNs, p.Drift*1e6, wantDrift*1e6)
+		if d := math.Abs(float64(p.Offset) - want); d > 3*float64(p.ErrorNs)+20_000 {
+			t.Errorf("status in %s: offset %d ns, injected %.0f, error bound %d ns", h.Name, p.Offset, want, p.ErrorNs)
+		}
+		if d := math.Abs(p.Drift - wantDrift); d > 5e-6 {
+			t.Errorf("status in %s: drift %.3f ppm, injected %.3f", h.Name, p.Drift*1e6, wantDrift*1e6)
+		}
+	}
 }
