@@ -139,7 +139,16 @@ func requireNotRegistered(t *testing.T, name string) {
 // as a config-management tool would.
 func TestLifecycleJSON(t *testing.T) {
 	testutil.RequireKernelCC(t, "theta_powertcp")
-	t.Cleanup(func() { cli("detach", "theta_powertcp") })
+	// This test uses the default pin root, as a user does: remove the
+	// root too if the test made it.
+	root := kernel.DefaultHost().PinRoot()
+	_, statErr := os.Stat(root)
+	t.Cleanup(func() {
+		cli("detach", "theta_powertcp")
+		if os.IsNotExist(statErr) {
+			os.Remove(root) // only when empty
+		}
+	})
 
 	var status struct {
 		OK     bool `json:"ok"`
