@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/facebook/time/timestamp"
+	"golang.org/x/sys/unix"
+
 	"github.com/ccload/ccload/qdisc"
 )
 
@@ -58,6 +61,8 @@ type Config struct {
 	// Clock is the time source; nil is the host's CLOCK_TAI.
 	Clock Clock
 	// Offsets is where estimates are published; nil publishes nowhere.
+	// OpenForAgent's lock is also what keeps a second agent out of the
+	// namespace: a caller that passes nil must not start two.
 	Offsets *Offsets
 	// Seed seeds the random choice of peers; 0 picks one.
 	Seed uint64
@@ -176,6 +181,14 @@ type Stats struct {
 	RateLimited uint64 `json:"rate_limited"`
 	SendErrors  uint64 `json:"send_errors"`
 	NoStamp     uint64 `json:"no_stamp"`
+	RecvErrors  uint64 `json:"recv_errors"`
+}
+
+// fatalRecv reports whether a receive error means the socket is broken,
+// so that receiving again would fail the same way at once.
+func fatalRecv(err error) bool {
+	return errors.Is(err, unix.EBADF) || errors.Is(err, unix.ENOTSOCK) ||
+		errors.Is(err, unix.EFAULT) || errors.Is(err, unix.EINVAL)
 }
 
 type edgeKey struct{ from, to netip.Addr }
@@ -491,8 +504,15 @@ func (a *Agent) receive(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
+			if !errors.Is(err, timestamp.ErrNoTimestamp) && fatalRecv(err) {
+				return fmt.Errorf("receive probes: %w", err)
+			}
 			a.mu.Lock()
-			a.stats.NoStamp++
+			if errors.Is(err, timestamp.ErrNoTimestamp) {
+				a.stats.NoStamp++
+			} else {
+				a.stats.RecvErrors++
+			}
 			a.mu.Unlock()
 			continue
 		}
@@ -533,6 +553,9 @@ func (a *Agent) onProbe(r received, m Message) {
 		rs = &replyState{}
 		a.probers[from] = rs
 	}
+	// Heard now, whether or not it gets a reply: expire forgets a
+	// prober only after it has been silent for validWindows.
+	rs.last = a.cfg.Clock.Now()
 	a.heardFrom(from)
 	if m.Index == 0 {
 		rs.seq, rs.rx0, rs.have0 = m.Seq, r.local, true
@@ -581,7 +604,6 @@ func (a *Agent) onProbe(r received, m Message) {
 	if err != nil {
 		a.stats.SendErrors++
 	}
-	rs.last = a.cfg.Clock.Now()
 }
 
 // learn makes an agent in the peer prefixes a probe candidate. Call with

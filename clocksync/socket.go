@@ -21,6 +21,8 @@ import (
 type socket struct {
 	fd int
 	hw bool
+	// tsFlags are the socket's SO_TIMESTAMPING flags, for restartIDs.
+	tsFlags int
 	// sendMu serialises sends with the reads of their transmit stamps:
 	// the kernel numbers the stamps by datagram (SOF_TIMESTAMPING_OPT_ID),
 	// so nextID is the number the next datagram's stamp will carry.
@@ -81,15 +83,36 @@ func openSocket(addr netip.AddrPort, hwIface string) (_ *socket, err error) {
 		if err := timestamp.EnableHWTimestamps(fd, iface); err != nil {
 			return nil, fmt.Errorf("turn on hardware timestamps on %s: %w (`ethtool -T %s` lists what the NIC can stamp; run without --hw-timestamps for software ones)", hwIface, err, hwIface)
 		}
-		return s, nil
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING_NEW, softwareStamps); err != nil {
+			return nil, fmt.Errorf("turn on software timestamps (SO_TIMESTAMPING): %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SELECT_ERR_QUEUE, 1); err != nil {
+			return nil, fmt.Errorf("set SO_SELECT_ERR_QUEUE: %w", err)
+		}
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING_NEW, softwareStamps); err != nil {
-		return nil, fmt.Errorf("turn on software timestamps (SO_TIMESTAMPING): %w", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SELECT_ERR_QUEUE, 1); err != nil {
-		return nil, fmt.Errorf("set SO_SELECT_ERR_QUEUE: %w", err)
+	// The flags as the kernel keeps them (the first field of struct
+	// so_timestamping), whoever set them.
+	if s.tsFlags, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING); err != nil {
+		return nil, fmt.Errorf("read the probe socket's timestamping flags: %w", err)
 	}
 	return s, nil
+}
+
+// restartIDs makes the kernel number this socket's next datagram 0, as
+// nextID then says, and forgets the datagrams awaiting a stamp. Call with
+// sendMu held, after a failed send: kernels before 6.13 may count a
+// datagram that failed (EAGAIN on a full send buffer) and those since
+// don't, so after a failure nextID can no longer be trusted to match.
+// Turning SOF_TIMESTAMPING_OPT_ID off and on restarts a UDP socket's
+// count at 0. A stamp of a datagram sent before the restart may still
+// come, with a number the new count reuses; readStamps drops it, because
+// it is older than the datagram it would match.
+func (s *socket) restartIDs() {
+	_ = unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING_NEW, s.tsFlags&^unix.SOF_TIMESTAMPING_OPT_ID)
+	_ = unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING_NEW, s.tsFlags)
+	s.nextID = 0
+	clear(s.awaiting)
 }
 
 // close closes the socket.
@@ -119,7 +142,7 @@ type stampFunc func(idx int, at time.Time)
 type awaited struct {
 	onStamp stampFunc
 	idx     int
-	sent    time.Time // wall clock, only to expire entries
+	sent    time.Time // wall clock: to expire entries, and to tell a stale stamp
 }
 
 // stampWait bounds how long a transmit stamp is waited for. A datagram to
@@ -144,7 +167,7 @@ func (s *socket) sendPair(to netip.AddrPort, first, second []byte, onStamp stamp
 			s.awaiting[id] = awaited{onStamp: onStamp, idx: i, sent: now}
 		}
 		if err := unix.Sendto(s.fd, b, unix.MSG_DONTWAIT, sa); err != nil {
-			delete(s.awaiting, id)
+			s.restartIDs()
 			return fmt.Errorf("send to %s: %w", to, err)
 		}
 		s.nextID++
@@ -157,6 +180,7 @@ func (s *socket) send(to netip.AddrPort, b []byte) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if err := unix.Sendto(s.fd, b, unix.MSG_DONTWAIT, sockaddr(to)); err != nil {
+		s.restartIDs()
 		return fmt.Errorf("send to %s: %w", to, err)
 	}
 	s.nextID++
@@ -191,7 +215,12 @@ func (s *socket) readStamps(stop <-chan struct{}) {
 			}
 			s.sendMu.Lock()
 			w, found := s.awaiting[st.ID]
-			delete(s.awaiting, st.ID)
+			// A stamp older than the datagram it would match belongs
+			// to one sent before a restartIDs.
+			found = found && !st.At.Before(w.sent)
+			if found {
+				delete(s.awaiting, st.ID)
+			}
 			s.sendMu.Unlock()
 			if found {
 				w.onStamp(w.idx, st.At)

@@ -1,6 +1,7 @@
 package clocksync
 
 import (
+	"fmt"
 	"math"
 	"net/netip"
 	"sort"
@@ -35,7 +36,15 @@ func (a *Agent) endWindow() {
 	for k, h := range a.edges {
 		edges = append(edges, meshEdge{from: k.from, to: k.to, edge: h.edge})
 	}
-	sol := a.solve(ref, edges)
+	sol, err := a.solve(ref, edges)
+	if err != nil {
+		// An edge a neighbour sent makes the system unsolvable: this
+		// agent's own edges still say what it measured.
+		a.cfg.Logf("network effect over %d edges: %v; publishing this agent's own fits", len(edges), err)
+		if sol, err = a.solve(ref, own); err != nil {
+			a.cfg.Logf("network effect over this agent's own %d edges: %v", len(own), err)
+		}
+	}
 	entries := a.entries(ref, sol, &report)
 	targets := a.gossipTargets()
 	a.fillPeers()
@@ -88,7 +97,7 @@ func (a *Agent) fitPeers(ref int64, report *WindowReport) []meshEdge {
 	// from, after silentWindows by any candidate.
 	waitingHeard := 0
 	for c := range a.heard {
-		if a.probed[c] == nil {
+		if a.candidates[c] && a.probed[c] == nil {
 			waitingHeard++
 		}
 	}
@@ -100,6 +109,7 @@ func (a *Agent) fitPeers(ref int64, report *WindowReport) []meshEdge {
 			delete(a.probed, peer)
 			if !a.explicit[peer] {
 				delete(a.candidates, peer)
+				delete(a.heard, peer)
 			}
 			if waitingHeard > 0 {
 				waitingHeard--
@@ -198,7 +208,7 @@ func (a *Agent) expire(now int64) {
 	}
 	for p, rs := range a.probers {
 		rs.replies = 0
-		if rs.last != 0 && now-rs.last > validWindows*window {
+		if now-rs.last > validWindows*window {
 			delete(a.probers, p)
 		}
 	}
@@ -212,8 +222,9 @@ type meshResult struct {
 	drift  MeshSolution
 }
 
-// solve runs the network effect. Call with mu held.
-func (a *Agent) solve(ref int64, edges []meshEdge) meshResult {
+// solve runs the network effect. On error the result holds no peer. Call
+// with mu held.
+func (a *Agent) solve(ref int64, edges []meshEdge) (meshResult, error) {
 	index := map[netip.Addr]int{{}: 0}
 	nodes := []netip.Addr{{}}
 	node := func(p netip.Addr) int {
@@ -251,14 +262,14 @@ func (a *Agent) solve(ref int64, edges []meshEdge) meshResult {
 		}
 		var err error
 		if res.offset, err = SolveMesh(len(nodes), off, 0); err != nil {
-			return meshResult{nodes: nodes[:1]}
+			return meshResult{nodes: nodes[:1]}, fmt.Errorf("offsets: %w", err)
 		}
 		if res.drift, err = SolveMesh(len(nodes), dr, 0); err != nil {
-			return meshResult{nodes: nodes[:1]}
+			return meshResult{nodes: nodes[:1]}, fmt.Errorf("drifts: %w", err)
 		}
 		guess = res.offset.Value
 	}
-	return res
+	return res, nil
 }
 
 // entries turns the solution into the clock map's entries, and completes

@@ -166,8 +166,10 @@ func (e WireEdge) check() error {
 		return errors.New("edge without a peer address")
 	case !finite(e.Offset) || !finite(e.Drift) || !finite(e.Err):
 		return fmt.Errorf("edge to %s: offset, drift and error must be finite", e.Peer)
-	case e.Err <= 0:
-		return fmt.Errorf("edge to %s: error %g ns is not positive", e.Peer, e.Err)
+	case e.Err < minEdgeErr || e.Err > maxEdgeErr:
+		return fmt.Errorf("edge to %s: error %g ns outside [%g, %g]", e.Peer, e.Err, minEdgeErr, maxEdgeErr)
+	case math.Abs(e.Offset) > maxEdgeOffset:
+		return fmt.Errorf("edge to %s: offset %g ns beyond ±%g", e.Peer, e.Offset, maxEdgeOffset)
 	case math.Abs(e.Drift) > maxDrift:
 		return fmt.Errorf("edge to %s: drift %g beyond ±%g", e.Peer, e.Drift, maxDrift)
 	}
@@ -175,6 +177,15 @@ func (e WireEdge) check() error {
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Bounds of an edge's error and offset, in ns, so that an edge's weight
+// (1/error²) and its term in the mesh stay finite and non-zero: an error
+// of 1000 s says nothing, and clocks 1000 s apart need stepping, not this
+// agent.
+const (
+	maxEdgeErr    = 1e12
+	maxEdgeOffset = 1e12
+)
 
 // maxDrift bounds a credible drift between two clocks: 1000 ppm, 100
 // times what servers show. The clock map's arithmetic relies on it.

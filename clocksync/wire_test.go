@@ -2,6 +2,7 @@ package clocksync
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"net/netip"
@@ -19,7 +20,7 @@ func wireSamples() []Message {
 		}},
 		{Type: TypeEdges, Seq: 3, Edges: []WireEdge{
 			{Peer: netip.MustParseAddr("198.18.1.2"), Ref: 42, Offset: -5e6, Drift: 20e-6, Err: 150},
-			{Peer: netip.MustParseAddr("fd00:18:1::2"), Ref: 43, Offset: 0.5, Drift: -1e-9, Err: 1},
+			{Peer: netip.MustParseAddr("fd00:18:1::2"), Ref: 43, Offset: 0.5, Drift: -1e-9, Err: 20},
 		}},
 		{Type: TypeEdges, Seq: 4},
 	}
@@ -70,6 +71,11 @@ func TestWireRejects(t *testing.T) {
 	copy(nanEdge[16+24:], []byte{0x7f, 0xf8, 0, 0, 0, 0, 0, 1})
 	zeroErr := bytes.Clone(edges)
 	copy(zeroErr[16+40:], make([]byte, 8))
+	withFloat := func(at int, f float64) []byte {
+		c := bytes.Clone(edges)
+		binary.BigEndian.PutUint64(c[16+at:], math.Float64bits(f))
+		return c
+	}
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -91,6 +97,11 @@ func TestWireRejects(t *testing.T) {
 		{"edges with index 1", mutate(edges, 7, 1)},
 		{"edge offset NaN", nanEdge},
 		{"edge error zero", zeroErr},
+		// Weights of 1/error² that overflow or vanish would make the
+		// mesh unsolvable for every peer.
+		{"edge error tiny", withFloat(40, 1e-200)},
+		{"edge error huge", withFloat(40, 1e200)},
+		{"edge offset beyond 1000 s", withFloat(24, 2e12)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := Decode(tc.b); !errors.Is(err, ErrMalformed) {

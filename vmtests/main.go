@@ -56,7 +56,7 @@ func guestPackages() []testPackage {
 			"TestINTEndToEnd", "TestINTScope", "TestINTMalformedFromNetwork", "TestDualStackServerEchoesINT",
 			"TestDCTCPMatchesKernel", "TestRXTimestampsThroughFQ", "TestClockAgentKeepsStampsOutOfFQ",
 		}, "|") + ")$"},
-		{name: "clocksync", path: "clocksync", tests: "^(TestScrubClearsOnlyReceiveStamps|TestScrubReplacesFilterOfDeadAgent|TestClockMapReadByBPF)$"},
+		{name: "clocksync", path: "clocksync", tests: "^(TestScrubClearsOnlyReceiveStamps|TestScrubReplacesFilterOfDeadAgent|TestClockMapReadByBPF|TestRestartIDsMatchesStampsAgain)$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
 		{name: "bench", path: "bench", tests: "^TestProbeECN$"},
 		{name: "perack", path: "bench/perack", tests: "^TestArithmeticState$"},
