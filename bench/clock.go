@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -363,7 +362,7 @@ func runClockLoad(ctx context.Context, cfg ClockConfig, d *testbed.Dumbbell, hos
 	var ptp *PTP4L
 	var ptpErr error
 	if cfg.PTP {
-		rcvIface, err := onlyIface(d.Receiver)
+		rcvIface, err := d.Receiver.Interface()
 		if err == nil {
 			ptp, err = StartPTP4L(ctx, d.Receiver, rcvIface, d.Receiver.Addr, hosts[0], d.SenderIfaces[0])
 		}
@@ -409,27 +408,6 @@ func runClockLoad(ctx context.Context, cfg ClockConfig, d *testbed.Dumbbell, hos
 		out.PTP4LError = "ptp4l's slave printed no offsets"
 	}
 	return out, nil
-}
-
-// onlyIface is the one interface of a leaf host besides lo.
-func onlyIface(h *testbed.Host) (string, error) {
-	var name string
-	err := h.Do(func() error {
-		ifs, err := net.Interfaces()
-		if err != nil {
-			return err
-		}
-		for _, i := range ifs {
-			if i.Flags&net.FlagLoopback == 0 {
-				name = i.Name
-			}
-		}
-		if name == "" {
-			return fmt.Errorf("no interface besides lo in %s", h)
-		}
-		return nil
-	})
-	return name, err
 }
 
 // runCrossTraffic sends web-search flows at load from the cross senders

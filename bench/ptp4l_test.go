@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -128,7 +127,10 @@ func TestPTP4LOnDumbbell(t *testing.T) {
 		testutil.Skip(t, "ptp4l not installed: apt-get install linuxptp")
 	}
 	d := testnet.NewDumbbell(t, testbed.DumbbellConfig{Senders: 2, BottleneckRate: 1e9})
-	rcvIface := soleInterface(t, d.Receiver)
+	rcvIface, err := d.Receiver.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -216,23 +218,4 @@ func TestPTP4LOnDumbbell(t *testing.T) {
 			t.Errorf("sample %d: path delay %d ns, want between 0 and 1 ms", i+2, s.PathDelayNs)
 		}
 	}
-}
-
-// soleInterface returns the name of h's one interface other than lo.
-func soleInterface(t *testing.T, h *testbed.Host) string {
-	t.Helper()
-	var names []string
-	err := h.Do(func() error {
-		ifs, err := net.Interfaces()
-		for _, i := range ifs {
-			if i.Flags&net.FlagLoopback == 0 {
-				names = append(names, i.Name)
-			}
-		}
-		return err
-	})
-	if err != nil || len(names) != 1 {
-		t.Fatalf("interfaces of netns %s other than lo: %q, %v; want one", h.Name, names, err)
-	}
-	return names[0]
 }

@@ -2,7 +2,6 @@ package clocksync
 
 import (
 	"encoding/binary"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +104,10 @@ func TestScrubReplacesFilterOfDeadAgent(t *testing.T) {
 	testutil.RequireRoot(t)
 	pair := testnet.NewPair(t)
 	h := pair.A
-	iface := soleIface(t, h)
+	iface, err := h.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	leave := func(prog *ebpf.Program) {
 		t.Helper()
@@ -176,28 +178,6 @@ func newScrubberIn(t *testing.T, h *testbed.Host, method qdisc.Method) (*scrubbe
 		return err
 	})
 	return s, err
-}
-
-// soleIface is h's one interface that is not lo.
-func soleIface(t *testing.T, h *testbed.Host) string {
-	t.Helper()
-	var name string
-	err := h.Do(func() error {
-		ifs, err := net.Interfaces()
-		if err != nil {
-			return err
-		}
-		for _, ifi := range ifs {
-			if ifi.Flags&net.FlagLoopback == 0 {
-				name = ifi.Name
-			}
-		}
-		return nil
-	})
-	if err != nil || name == "" {
-		t.Fatalf("find %s's interface: %v", h, err)
-	}
-	return name
 }
 
 // loadPassProgram loads a tc program named other_prog that lets every

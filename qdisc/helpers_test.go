@@ -26,27 +26,9 @@ import (
 // one that is not loopback.
 func peerIface(t testing.TB, h *testbed.Host) string {
 	t.Helper()
-	var name string
-	err := h.Do(func() error {
-		ifs, err := net.Interfaces()
-		if err != nil {
-			return err
-		}
-		for _, ifi := range ifs {
-			if ifi.Flags&net.FlagLoopback == 0 {
-				if name != "" {
-					return fmt.Errorf("two candidate interfaces: %s and %s", name, ifi.Name)
-				}
-				name = ifi.Name
-			}
-		}
-		if name == "" {
-			return errors.New("no interface but lo")
-		}
-		return nil
-	})
+	name, err := h.Interface()
 	if err != nil {
-		t.Fatalf("find the veth in netns %s: %v", h.Name, err)
+		t.Fatalf("find the veth: %v", err)
 	}
 	return name
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -263,6 +264,29 @@ func restoreNetns(orig netns.NsHandle) bool {
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	argv := append([]string{"--net=" + filepath.Join(netnsDir, h.Name), "--", name}, args...)
 	return exec.CommandContext(ctx, "nsenter", argv...)
+}
+
+// Interface returns the name of h's one interface besides lo: a leaf
+// host's link toward its router or its pair. It is an error for h to have
+// none or more than one.
+func (h *Host) Interface() (string, error) {
+	var names []string
+	err := h.Do(func() error {
+		ifs, err := net.Interfaces()
+		for _, ifi := range ifs {
+			if ifi.Flags&net.FlagLoopback == 0 {
+				names = append(names, ifi.Name)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("list the interfaces of %s: %w", h.Name, err)
+	}
+	if len(names) != 1 {
+		return "", fmt.Errorf("%s has interfaces %q besides lo, want one", h.Name, names)
+	}
+	return names[0], nil
 }
 
 // String returns the netns name.

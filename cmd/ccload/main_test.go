@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -290,17 +289,9 @@ func newHopCLIEnv(t *testing.T) *hopCLIEnv {
 			t.Errorf("unmount %s: %v", e.bpffs, err)
 		}
 	})
-	err := p.A.Do(func() error {
-		ifs, err := net.Interfaces()
-		for _, ifi := range ifs {
-			if ifi.Flags&net.FlagLoopback == 0 {
-				e.iface = ifi.Name
-			}
-		}
-		return err
-	})
-	if err != nil || e.iface == "" {
-		t.Fatalf("find the veth of %s: %q, %v", p.A.Name, e.iface, err)
+	var err error
+	if e.iface, err = p.A.Interface(); err != nil {
+		t.Fatalf("find the veth of %s: %v", p.A.Name, err)
 	}
 	return e
 }
