@@ -181,20 +181,14 @@ func RemoveStaleFilter(iface string, dir Direction, prio uint16, name string) (b
 		return false, err
 	}
 	defer d.close()
-	parent := clsactFilterParent(dir)
-	fs, err := d.filters(parent)
-	if err != nil {
+	fs, err := d.bpfFilters(dir, func(b *tc.Bpf, p uint16) bool {
+		return p == prio && b.Name != nil && *b.Name == name
+	})
+	if err != nil || len(fs) == 0 {
 		return false, err
 	}
-	for _, f := range fs {
-		if f.Kind != "bpf" || f.Info>>16 != uint32(prio) || f.BPF == nil || f.BPF.Name == nil || *f.BPF.Name != name {
-			continue
-		}
-		del := &tc.Object{Msg: d.msg(f.Handle, parent, f.Info), Attribute: tc.Attribute{Kind: "bpf"}}
-		if err := d.tc.Filter().Delete(del); err != nil && !errGone(err) {
-			return false, fmt.Errorf("delete the stale %s filter from %s %s: %w", name, iface, dir, err)
-		}
-		return true, nil
+	if err := d.deleteFilter(dir, fs[0]); err != nil {
+		return false, fmt.Errorf("delete the stale %s filter from %s %s: %w", name, iface, dir, err)
 	}
-	return false, nil
+	return true, nil
 }

@@ -310,17 +310,38 @@ func LookupInterface(name string) (*net.Interface, error) {
 // filtersOf lists the cls_bpf filters on side dir of the clsact qdisc
 // that run program id.
 func (d *netdev) filtersOf(dir Direction, id ebpf.ProgramID) ([]tc.Object, error) {
+	return d.bpfFilters(dir, func(b *tc.Bpf, _ uint16) bool {
+		return b.ID != nil && ebpf.ProgramID(*b.ID) == id
+	})
+}
+
+// bpfFilters lists the cls_bpf filters on side dir of the clsact qdisc
+// for whose attributes and priority match holds.
+func (d *netdev) bpfFilters(dir Direction, match func(b *tc.Bpf, prio uint16) bool) ([]tc.Object, error) {
 	fs, err := d.filters(clsactFilterParent(dir))
 	if err != nil {
 		return nil, err
 	}
 	var out []tc.Object
 	for _, f := range fs {
-		if f.Kind == "bpf" && f.BPF != nil && f.BPF.ID != nil && ebpf.ProgramID(*f.BPF.ID) == id {
+		if f.Kind == "bpf" && f.BPF != nil && match(f.BPF, uint16(f.Info>>16)) {
 			out = append(out, f)
 		}
 	}
 	return out, nil
+}
+
+// deleteFilter deletes filter f, listed by bpfFilters, from side dir. A
+// filter already gone is no error.
+func (d *netdev) deleteFilter(dir Direction, f tc.Object) error {
+	del := &tc.Object{
+		Msg:       d.msg(f.Handle, clsactFilterParent(dir), f.Info),
+		Attribute: tc.Attribute{Kind: "bpf"},
+	}
+	if err := d.tc.Filter().Delete(del); err != nil && !errGone(err) {
+		return err
+	}
+	return nil
 }
 
 // deleteFiltersOf deletes the cls_bpf filters on side dir that run
@@ -332,11 +353,7 @@ func (d *netdev) deleteFiltersOf(dir Direction, id ebpf.ProgramID) (int, error) 
 		return 0, err
 	}
 	for _, f := range fs {
-		del := &tc.Object{
-			Msg:       d.msg(f.Handle, clsactFilterParent(dir), f.Info),
-			Attribute: tc.Attribute{Kind: "bpf"},
-		}
-		if err := d.tc.Filter().Delete(del); err != nil && !errGone(err) {
+		if err := d.deleteFilter(dir, f); err != nil {
 			return 0, fmt.Errorf("delete the bpf filter pref %d of program %d from %s %s: %w", f.Info>>16, id, d.name, dir, err)
 		}
 	}
