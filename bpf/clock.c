@@ -54,12 +54,7 @@ int clock_scrub(struct __sk_buff *skb)
 	return TC_NEXT;
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, CLOCK_MAX_PEERS);
-	__type(key, struct clock_peer);
-	__type(value, struct clock_offset);
-} clock_offsets SEC(".maps");
+CLOCK_OFFSETS_MAP;
 
 /* clock_read's input, after a 14-byte Ethernet header in the test packet. */
 struct clock_read_in {

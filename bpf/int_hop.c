@@ -28,15 +28,11 @@
  */
 #include "include/ccload.h"
 #include "include/int.h"
+#include "include/tcpkt.h"
 #include <bpf/bpf_endian.h>
 
 char _license[] SEC("license") = "GPL";
 
-#define TC_ACT_OK 0
-#define ETH_HLEN 14
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-#define IPPROTO_TCP 6
 #define INET_ECN_MASK 3
 #define INET_ECN_CE 3
 
@@ -93,20 +89,14 @@ struct {
 	__type(value, __u64);
 } hop_stats SEC(".maps");
 
-/* A flow in the direction its data crosses the hop: from src to dst. */
-struct hop_flow_key {
-	__u32 src[4];		/* IPv4 in src[0], the rest zero */
-	__u32 dst[4];
-	__u16 sport;		/* network byte order, as on the wire */
-	__u16 dport;
-	__u32 v6;
-};
-
-/* The slot this hop wrote for a flow, for int_hop_ack. */
+/*
+ * The slot this hop wrote for a flow, for int_hop_ack; the flow as its data
+ * crosses the hop, from src to dst.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct hop_flow_key);
+	__type(key, struct tcp_flow);
 	__type(value, __u32);
 } hop_flows SEC(".maps");
 
@@ -197,15 +187,8 @@ static __always_inline bool store_slot(struct __sk_buff *skb, __u32 off, __u32 c
 				       __u64 old_be, __u64 word)
 {
 	__u64 new_be = bpf_cpu_to_be64(word);
-	__s64 diff;
 
-	/* 16-bit checksum arithmetic needs an even offset. */
-	if (off & 1)
-		return false;
-	diff = bpf_csum_diff((__be32 *)&old_be, 8, (__be32 *)&new_be, 8, 0);
-	if (bpf_skb_store_bytes(skb, off, &new_be, 8, 0))
-		return false;
-	return bpf_l4_csum_replace(skb, csum_off, 0, diff, 0) == 0;
+	return tcp_store_csum(skb, off, csum_off, &old_be, &new_be, sizeof(new_be));
 }
 
 /*
@@ -242,101 +225,8 @@ static __always_inline int write_record(struct __sk_buff *skb, __u32 opt, __u32 
 	return -1;
 }
 
-/*
- * Finds our option with ExID exid in the TCP header at l4; returns its
- * offset and sets *len, or returns -1.
- */
-static __always_inline int find_opt(struct __sk_buff *skb, __u32 l4, __u32 doff, __u16 exid, __u32 *len)
-{
-	__u8 opts[40];
-	__u32 optlen = doff - 20, i = 0, k;
-
-	if (optlen == 0 || optlen > 40)
-		return -1;
-	if (bpf_skb_load_bytes(skb, l4 + 20, opts, optlen))
-		return -1;
-	for (k = 0; k < 40; k++) {
-		__u32 kind, l;
-
-		if (i >= optlen || i > 38)
-			return -1;
-		kind = opts[i];
-		if (kind == 0)
-			return -1;
-		if (kind == 1) {
-			i++;
-			continue;
-		}
-		l = opts[i + 1];
-		if (l < 2 || i + l > optlen)
-			return -1;
-		if (kind == INT_OPT_KIND && l >= INT_OPT_HDR && i < 37 &&
-		    opts[i + 2] == (exid >> 8) && opts[i + 3] == (exid & 0xff)) {
-			*len = l;
-			return l4 + 20 + i;
-		}
-		i += l;
-	}
-	return -1;
-}
-
-/* Where a TCP segment's headers are. */
-struct tcp_pkt {
-	__u32 l3, l4, doff;
-	bool v6;
-};
-
-/*
- * Parses an Ethernet frame as TCP over IPv4 or IPv6 (no extension headers,
- * not a fragment). If key is not NULL it receives the flow as the packet
- * travels. Returns false for anything else.
- */
-static __always_inline bool parse_tcp(struct __sk_buff *skb, struct tcp_pkt *p, struct hop_flow_key *key)
-{
-	__u8 b[2];
-
-	p->l3 = ETH_HLEN;
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		__u8 vihl, proto;
-
-		p->v6 = false;
-		if (bpf_skb_load_bytes(skb, p->l3, &vihl, 1) || bpf_skb_load_bytes(skb, p->l3 + 9, &proto, 1) ||
-		    (vihl >> 4) != 4)
-			return false;
-		p->l4 = p->l3 + (vihl & 0xf) * 4;
-		/* Only the first fragment has the TCP header; skip fragments. */
-		if (proto != IPPROTO_TCP || bpf_skb_load_bytes(skb, p->l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
-			return false;
-		if (key && (bpf_skb_load_bytes(skb, p->l3 + 12, &key->src[0], 4) ||
-			    bpf_skb_load_bytes(skb, p->l3 + 16, &key->dst[0], 4)))
-			return false;
-	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		__u8 next;
-
-		p->v6 = true;
-		if (bpf_skb_load_bytes(skb, p->l3 + 6, &next, 1) || next != IPPROTO_TCP)
-			return false;
-		p->l4 = p->l3 + 40;
-		if (key && (bpf_skb_load_bytes(skb, p->l3 + 8, key->src, 16) ||
-			    bpf_skb_load_bytes(skb, p->l3 + 24, key->dst, 16)))
-			return false;
-	} else {
-		return false;
-	}
-	if (key) {
-		key->v6 = p->v6;
-		if (bpf_skb_load_bytes(skb, p->l4, &key->sport, 2) ||
-		    bpf_skb_load_bytes(skb, p->l4 + 2, &key->dport, 2))
-			return false;
-	}
-	if (bpf_skb_load_bytes(skb, p->l4 + 12, b, 1))
-		return false;
-	p->doff = (b[0] >> 4) * 4;
-	return p->doff >= 20;
-}
-
 /* Remembers that this hop wrote slot for the flow, if that is news. */
-static __always_inline void remember_slot(const struct hop_flow_key *key, __u32 slot)
+static __always_inline void remember_slot(const struct tcp_flow *key, __u32 slot)
 {
 	__u32 *old = bpf_map_lookup_elem(&hop_flows, key);
 
@@ -347,12 +237,13 @@ static __always_inline void remember_slot(const struct hop_flow_key *key, __u32 
 SEC("tc")
 int int_hop(struct __sk_buff *skb)
 {
-	struct hop_flow_key key = {};
+	struct tcp_flow key = {};
 	struct hop_config *cfg;
 	struct hop_queue *q;
 	struct hop_sample s;
 	struct tcp_pkt p;
 	__u32 zero = 0, optlen = 0, len;
+	__u16 exid;
 	int opt, slot;
 
 	cfg = bpf_map_lookup_elem(&hop_config, &zero);
@@ -361,7 +252,7 @@ int int_hop(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	stat_add(&hop_stats, HOP_STAT_PACKETS, 1);
 
-	if (!parse_tcp(skb, &p, &key)) {
+	if (!tcp_parse(skb, &p, &key)) {
 		/* Not TCP over IP: it still takes its place in the queue. */
 		queue_join(q, cfg, skb->len, &s);
 		return TC_ACT_OK;
@@ -381,7 +272,7 @@ int int_hop(struct __sk_buff *skb)
 
 	if (p.doff <= 20)
 		return TC_ACT_OK;
-	opt = find_opt(skb, p.l4, p.doff, INT_EXID_FORWARD, &optlen);
+	opt = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_FORWARD, 0xff, &optlen, &exid);
 	if (opt < 0)
 		return TC_ACT_OK;
 	slot = write_record(skb, opt, optlen, p.l4 + 16,
@@ -399,12 +290,13 @@ int int_hop(struct __sk_buff *skb)
 SEC("tc")
 int int_hop_ack(struct __sk_buff *skb)
 {
-	struct hop_flow_key ack = {}, key = {};
+	struct tcp_flow ack = {}, key = {};
 	struct hop_config *cfg;
 	struct hop_queue *q;
 	struct hop_sample s;
 	struct tcp_pkt p;
 	__u32 zero = 0, optlen = 0, n, off, *slot;
+	__u16 exid;
 	__u64 old_be;
 	int opt;
 
@@ -412,9 +304,9 @@ int int_hop_ack(struct __sk_buff *skb)
 	q = bpf_map_lookup_elem(&hop_queue, &zero);
 	if (!cfg || !q || !cfg->rate_bps || !cfg->ack_padding)
 		return TC_ACT_OK;
-	if (!parse_tcp(skb, &p, &ack) || p.doff <= 20)
+	if (!tcp_parse(skb, &p, &ack) || p.doff <= 20)
 		return TC_ACT_OK;
-	opt = find_opt(skb, p.l4, p.doff, INT_EXID_ECHO, &optlen);
+	opt = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_ECHO, 0xff, &optlen, &exid);
 	if (opt < 0)
 		return TC_ACT_OK;
 

@@ -15,35 +15,12 @@
  */
 #include "include/ccload.h"
 #include "include/int.h"
+#include "include/scope.h"
 #include <bpf/bpf_endian.h>
 
 char _license[] SEC("license") = "GPL";
 
-struct lpm_v4 {
-	__u32 prefixlen;
-	__u32 addr;
-};
-
-struct lpm_v6 {
-	__u32 prefixlen;
-	__u32 addr[4];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 256);
-	__type(key, struct lpm_v4);
-	__type(value, __u8);
-} int_peers_v4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 256);
-	__type(key, struct lpm_v6);
-	__type(value, __u8);
-} int_peers_v6 SEC(".maps");
+SCOPE_MAPS(int_peers);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -91,39 +68,6 @@ static __always_inline struct int_config *int_cfg(void)
 	return bpf_map_lookup_elem(&int_config, &zero);
 }
 
-static __always_inline bool peer_in_v4_scope(__u32 addr)
-{
-	struct lpm_v4 k = { .prefixlen = 32, .addr = addr };
-
-	return bpf_map_lookup_elem(&int_peers_v4, &k) != NULL;
-}
-
-/*
- * peer_in_scope reports whether the connection's peer is in the configured
- * prefixes. An AF_INET6 socket whose peer is ::ffff:a.b.c.d (v4-mapped:
- * what a dual-stack listener on [::] sees of an IPv4 client) has an IPv4
- * peer, looked up among the IPv4 prefixes, so dual-stack servers tag and
- * echo too. The address words are copied out of the context first: the
- * verifier allows only fixed-offset context reads.
- */
-static __always_inline bool peer_in_scope(struct bpf_sock_ops *skops)
-{
-	if (skops->family == 2 /* AF_INET */)
-		return peer_in_v4_scope(skops->remote_ip4);
-	if (skops->family == 10 /* AF_INET6 */) {
-		struct lpm_v6 k = { .prefixlen = 128 };
-
-		k.addr[0] = skops->remote_ip6[0];
-		k.addr[1] = skops->remote_ip6[1];
-		k.addr[2] = skops->remote_ip6[2];
-		k.addr[3] = skops->remote_ip6[3];
-		if (k.addr[0] == 0 && k.addr[1] == 0 && k.addr[2] == bpf_htonl(0x0000ffff))
-			return peer_in_v4_scope(k.addr[3]);
-		return bpf_map_lookup_elem(&int_peers_v6, &k) != NULL;
-	}
-	return false;
-}
-
 static __always_inline struct int_sk *int_sk_get(struct bpf_sock_ops *skops, bool create)
 {
 	struct bpf_sock *sk = skops->sk;
@@ -138,7 +82,7 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 	struct int_config *cfg = int_cfg();
 	struct int_sk *st;
 
-	if (!cfg || !cfg->enabled || !peer_in_scope(skops))
+	if (!cfg || !cfg->enabled || !scope_has(&int_peers_v4, &int_peers_v6, skops))
 		return;
 	st = int_sk_get(skops, true);
 	if (!st)

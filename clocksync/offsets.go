@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -199,6 +200,24 @@ func OpenReadOnly(host kernel.Host) (*Offsets, error) {
 	return &Offsets{m: m, dir: dir}, nil
 }
 
+// DataPathMap returns the clock map of the calling thread's network
+// namespace for a BPF object that reads it (On-Ramp), creating and
+// pinning it when no agent has yet: the agent adopts the pinned map when
+// it starts, so the reader and the agent always share one map. Until an
+// agent publishes, the map is empty and readers find no peer.
+func DataPathMap(host kernel.Host) (*ebpf.Map, error) {
+	dir, err := Dir(host)
+	if err != nil {
+		return nil, err
+	}
+	if !kernel.Exists(dir) {
+		if err := createPinned(host, dir); err != nil {
+			return nil, err
+		}
+	}
+	return loadPinned(dir)
+}
+
 // createPinned creates the map from bpf/clock.c's object and pins it at
 // dir, staged so that a failure leaves no directory behind.
 func createPinned(host kernel.Host, dir string) error {
@@ -324,4 +343,33 @@ func (o *Offsets) List() ([]Entry, error) {
 		}
 	}
 	return out, nil
+}
+
+// PublishFixed publishes the same offset (peer minus this host) for every
+// peer in peers, with error bound errNs, valid for valid, in the clock map
+// of the calling thread's network namespace. It is for hosts that share
+// one kernel's clock (the network namespaces of one machine: the testbed,
+// the bench), whose true offsets are 0, so that On-Ramp can be measured
+// without the agent's own estimation error (the clock bench measures that
+// error), and for tests that give On-Ramp a clock known to be wrong. It
+// takes the agent's lock for the write, so it fails while an agent runs in
+// the namespace.
+func PublishFixed(host kernel.Host, peers []netip.Addr, offset time.Duration, errNs uint32, valid time.Duration) error {
+	o, err := OpenForAgent(host)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_TAI, &ts); err != nil {
+		return fmt.Errorf("read CLOCK_TAI: %w", err)
+	}
+	now := uint64(ts.Nano())
+	for _, p := range peers {
+		e := Entry{Peer: p, OffsetNs: int64(offset), RefNs: now, ErrorNs: errNs, UpdatedNs: now, ValidUntilNs: now + uint64(valid)}
+		if err := o.Put(e); err != nil {
+			return fmt.Errorf("publish the offset of %s: %w", p, err)
+		}
+	}
+	return nil
 }

@@ -16,11 +16,10 @@ import (
 	"github.com/ccload/ccload/testbed"
 )
 
-// skbCtxSize and skbTstampOff are the size of struct __sk_buff and the
-// offset of its tstamp field (linux/bpf.h; the same from 6.1 on).
+// The size of struct __sk_buff and the offset of its tstamp field.
 const (
-	skbCtxSize   = 192
-	skbTstampOff = 152
+	skbCtxSize   = testutil.SkbCtxSize
+	skbTstampOff = testutil.SkbTstampOff
 )
 
 // TestScrubClearsOnlyReceiveStamps runs clock_scrub under

@@ -15,7 +15,7 @@ check=false
 [ "${1:-}" = "--check" ] && check=true
 
 # Every package with a go:generate for bpf2go.
-pkgs=(loader qdisc telemetry/sockops telemetry/hop bench/perack clocksync)
+pkgs=(loader qdisc telemetry/sockops telemetry/hop bench/perack clocksync onramp)
 
 if $check; then
 	tmp=$(mktemp -d)

@@ -55,6 +55,11 @@ func guestPackages() []testPackage {
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",
 			"TestINTEndToEnd", "TestINTScope", "TestINTMalformedFromNetwork", "TestDualStackServerEchoesINT",
 			"TestDCTCPMatchesKernel", "TestRXTimestampsThroughFQ", "TestClockAgentKeepsStampsOutOfFQ",
+			"TestOnRampIncast",
+		}, "|") + ")$"},
+		{name: "onramp", path: "onramp", tests: "^(" + strings.Join([]string{
+			"TestStampAndEcho", "TestUnknownPeer", "TestPauseArithmetic", "TestMaxPauseClamp", "TestBetaEWMA",
+			"TestStaleAndRepeatedEchoes", "TestMalformedOptions", "TestDepartureNeverGoesBackwards",
 		}, "|") + ")$"},
 		{name: "clocksync", path: "clocksync", tests: "^(TestScrubClearsOnlyReceiveStamps|TestScrubReplacesFilterOfDeadAgent|TestClockMapReadByBPF|TestRestartIDsMatchesStampsAgain)$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},
@@ -63,7 +68,7 @@ func guestPackages() []testPackage {
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
 			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
 			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
-			"TestEDTDelayConfig",
+			"TestEDTDelayConfig", "TestEnsureFQRoot", "TestFQRootMissingInterface", "TestFQRootJSON",
 		}, "|") + ")$"},
 	}
 }

@@ -56,6 +56,19 @@ struct clock_offset {
 	__u32 _pad;
 };
 
+/*
+ * The clock map's definition, for every object that reads it: the loader
+ * replaces it with the pinned map of the namespace (cilium/ebpf's
+ * MapReplacements), which must match this definition exactly.
+ */
+#define CLOCK_OFFSETS_MAP                                                    \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_HASH);                             \
+		__uint(max_entries, CLOCK_MAX_PEERS);                        \
+		__type(key, struct clock_peer);                              \
+		__type(value, struct clock_offset);                          \
+	} clock_offsets SEC(".maps")
+
 /* clock_offset_at's results */
 #define CLOCK_OK 0
 #define CLOCK_NO_PEER 1		/* no entry for the peer */

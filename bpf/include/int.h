@@ -12,7 +12,7 @@
 #ifndef CCLOAD_INT_H
 #define CCLOAD_INT_H
 
-#define INT_OPT_KIND 253
+#define INT_OPT_KIND 253 /* TCP_OPT_EXP of tcpkt.h */
 #define INT_EXID_FORWARD 0xCC10
 #define INT_EXID_ECHO 0xCC11
 #define INT_OPT_HDR 4

@@ -17,19 +17,27 @@ func newTraceCmd(a *app) *cobra.Command {
 		asCSV, asJSON bool
 		duration      time.Duration
 		limit         int
+		iface         string
 	)
 	c := &cobra.Command{
-		Use:   "trace NAME [--csv|--json] [--duration 5s]",
-		Short: "Stream what a CC sees and does on every ACK",
+		Use:   "trace NAME|onramp [--csv|--json] [--duration 5s]",
+		Short: "Stream what a CC, or On-Ramp, sees and does on every ACK",
 		Long: `Stream one record per ACK from an attached theta_powertcp, powertcp or hpcc:
 time, flow, window (packets and bytes), the control signal (normalised power
 Γ for PowerTCP, inflight U for HPCC), the largest hop queue in the INT echo,
 the ACK's RTT sample, the pacing rate, and whether the CC used INT or the
 RTT. Tracing costs the CC a ring-buffer write per ACK only while this runs.
-One tracer at a time sees the records.`,
+One tracer at a time sees the records.
+
+'ccload trace onramp [--iface IF]' streams On-Ramp's sender control instead:
+one record per echo, with the one-way delay O, the pause P asserted since
+the echoed packet left, β, the threshold T, the pause this echo added, how
+long the flow is held from now (t_next), the packet's RTT, and flags
+(paused, clamped, beta: β measured, stale, no_clock).`,
 		Example: `  ccload trace powertcp --duration 5s
-  ccload trace hpcc --csv > hpcc.csv`,
-		Args: exactArgs(1, "one CC name"),
+  ccload trace hpcc --csv > hpcc.csv
+  ccload trace onramp --iface eth0 --count 100`,
+		Args: exactArgs(1, "one CC name, or onramp"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if asCSV && asJSON {
 				return usage(c, fmt.Errorf("--csv and --json exclude each other"))
@@ -38,6 +46,12 @@ One tracer at a time sees the records.`,
 			defer stopRun()
 			ctx, cancel := context.WithCancel(ctx) // --count stops early
 			defer cancel()
+			if args[0] == "onramp" {
+				return a.traceOnRamp(ctx, cancel, iface, asCSV, asJSON, limit)
+			}
+			if iface != "" {
+				return usage(c, fmt.Errorf("--iface is for 'trace onramp' only"))
+			}
 			// Open first: a CC that is not attached is an error before
 			// anything is printed.
 			tr, err := a.loader().OpenTrace(args[0])
@@ -86,5 +100,6 @@ One tracer at a time sees the records.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
 	c.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
 	c.Flags().IntVar(&limit, "count", 0, "stop after this many records (0: no limit)")
+	c.Flags().StringVar(&iface, "iface", "", "with onramp: the interface (default: the only one with On-Ramp)")
 	return c
 }

@@ -84,3 +84,36 @@ func TCPChecksum(src, dst []byte, segment []byte) uint16 {
 	seg[16], seg[17] = 0, 0
 	return Checksum(seg, sum)
 }
+
+// EthernetIPv6 returns the segment as an Ethernet frame carrying IPv6 from
+// src to dst (Src and Dst are ignored), with a valid TCP checksum.
+func (s TCPSegment) EthernetIPv6(src, dst [16]byte) []byte {
+	v4 := s.IPv4()
+	tcp := append([]byte(nil), v4[20:]...)
+	pkt := make([]byte, 14+40, 14+40+len(tcp))
+	binary.BigEndian.PutUint16(pkt[12:], 0x86dd)
+	ip := pkt[14:]
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(tcp)))
+	ip[6], ip[7] = 6, 64
+	copy(ip[8:], src[:])
+	copy(ip[24:], dst[:])
+	tcp[16], tcp[17] = 0, 0
+	var sum uint32
+	for _, b := range [][]byte{src[:], dst[:]} {
+		for i := 0; i < 16; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+	}
+	sum += uint32(len(tcp)) + 6
+	binary.BigEndian.PutUint16(tcp[16:], Checksum(tcp, sum))
+	return append(pkt, tcp...)
+}
+
+// SkbCtxSize and SkbTstampOff are the size of struct __sk_buff and the
+// offset of its tstamp field (linux/bpf.h; the same from 6.1 on), for
+// BPF_PROG_TEST_RUN runs of tc programs with a context.
+const (
+	SkbCtxSize   = 192
+	SkbTstampOff = 152
+)

@@ -12,9 +12,17 @@ import (
 	"time"
 )
 
-// ParseFraction parses a ratio such as 0.9 or 90% and returns it times
-// scale, rounded.
+// ParseFraction parses a ratio such as 0.9, 90% or 1/16 and returns it
+// times scale, rounded.
 func ParseFraction(s string, scale uint64) (uint64, error) {
+	if num, den, ok := strings.Cut(s, "/"); ok {
+		n, err1 := strconv.ParseFloat(num, 64)
+		d, err2 := strconv.ParseFloat(den, 64)
+		if err1 != nil || err2 != nil || d == 0 || math.IsNaN(n/d) || math.IsInf(n/d, 0) {
+			return 0, fmt.Errorf("%q is not a ratio (write 1/16, 0.0625 or 6.25%%)", s)
+		}
+		s = strconv.FormatFloat(n/d, 'g', -1, 64)
+	}
 	pct := strings.HasSuffix(s, "%")
 	f, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {

@@ -92,6 +92,11 @@ func TestParseFraction(t *testing.T) {
 		{"1", 1000, false},
 		{"x", 0, true},
 		{"-0.1", 0, true},
+		{"1/16", 63, false},
+		{"1/4", 250, false},
+		{"1/0", 0, true},
+		{"a/2", 0, true},
+		{"-1/2", 0, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseFraction(tt.in, 1000)

@@ -24,15 +24,6 @@ type intHopHopConfig struct {
 	_            [4]byte
 }
 
-type intHopHopFlowKey struct {
-	_     structs.HostLayout
-	Src   [4]uint32
-	Dst   [4]uint32
-	Sport uint16
-	Dport uint16
-	V6    uint32
-}
-
 type intHopHopQueue struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -45,6 +36,15 @@ type intHopHopQueue struct {
 	LastNs   uint64
 	Drops    uint64
 	Tokens   uint64
+}
+
+type intHopTcpFlow struct {
+	_     structs.HostLayout
+	Src   [4]uint32
+	Dst   [4]uint32
+	Sport uint16
+	Dport uint16
+	V6    uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -10,14 +10,15 @@ package hop
 //	<pin root>/hop/<ifname>-<ifindex>-ns<netns inode>/
 //
 // named by the interface's name, its index and the inode number of its
-// network namespace (/proc/thread-self/ns/net): together unique on the
-// host while the namespace lives. bpffs refuses '.' in names, so '.' in
-// the interface name is written %2e and '%' is written %25 (eth0.100 ->
-// eth0%2e100-7-ns4026531840). The directory holds every map of the hop's
-// object, under the map's name (hop_config, hop_stats, hop_queue, ...),
-// and one pin per attached program, named for its side of the interface:
-// tc_egress (tc_ingress): the TCX link, or with clsact the program, whose
-// cls_bpf filter stays in the kernel by itself (see qdisc.Attachment.Pin).
+// network namespace (/proc/thread-self/ns/net), as pin.IfaceKey writes it:
+// together unique on the host while the namespace lives. bpffs refuses
+// '.' in names, so '.' in the interface name is written %2e and '%' is
+// written %25 (eth0.100 -> eth0%2e100-7-ns4026531840). The directory
+// holds every map of the hop's object, under the map's name (hop_config,
+// hop_stats, hop_queue, ...), and one pin per attached program, named for
+// its side of the interface: tc_egress (tc_ingress): the TCX link, or with
+// clsact the program, whose cls_bpf filter stays in the kernel by itself
+// (see qdisc.Attachment.Pin).
 //
 // The directory is built in a pin.Stage and renamed into place once
 // everything is attached and pinned, so a failed attach leaves no pins and
@@ -27,12 +28,9 @@ package hop
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -85,70 +83,6 @@ type Status struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// key names a pinned hop; String is its directory's name.
-type key struct {
-	ifname  string
-	ifindex int
-	netns   uint64
-}
-
-func (k key) String() string {
-	var b strings.Builder
-	for _, c := range []byte(k.ifname) {
-		switch c {
-		case '.':
-			b.WriteString("%2e")
-		case '%':
-			b.WriteString("%25")
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return fmt.Sprintf("%s-%d-ns%d", b.String(), k.ifindex, k.netns)
-}
-
-// parseKey reads a directory name that key.String wrote.
-func parseKey(s string) (key, bool) {
-	rest, ns, ok := cutLast(s, "-ns")
-	if !ok {
-		return key{}, false
-	}
-	esc, idx, ok := cutLast(rest, "-")
-	if !ok || esc == "" {
-		return key{}, false
-	}
-	var k key
-	var err error
-	if k.netns, err = strconv.ParseUint(ns, 10, 64); err != nil {
-		return key{}, false
-	}
-	if k.ifindex, err = strconv.Atoi(idx); err != nil || k.ifindex <= 0 {
-		return key{}, false
-	}
-	k.ifname = strings.NewReplacer("%2e", ".", "%25", "%").Replace(esc)
-	// Only the canonical spelling is a key.
-	return k, k.String() == s
-}
-
-// cutLast splits s around the last sep.
-func cutLast(s, sep string) (before, after string, found bool) {
-	i := strings.LastIndex(s, sep)
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+len(sep):], true
-}
-
-// currentNetns returns the inode number of the calling thread's network
-// namespace.
-func currentNetns() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return 0, fmt.Errorf("identify this thread's network namespace: %w", err)
-	}
-	return st.Ino, nil
-}
-
 // pinPath is the pin of the attachment on side dir in a hop's directory.
 func pinPath(dir string, side qdisc.Direction) string {
 	return filepath.Join(dir, "tc_"+side.String())
@@ -168,13 +102,13 @@ func NewPins(host kernel.Host) *Pins { return &Pins{host: host} }
 
 func (l *Pins) root() string { return filepath.Join(l.host.PinRoot(), hopDir) }
 
-func (l *Pins) dir(k key) string { return filepath.Join(l.root(), k.String()) }
+func (l *Pins) dir(k pin.IfaceKey) string { return filepath.Join(l.root(), k.String()) }
 
 // findHops returns the keys of the pinned hops of network namespace ns on
 // the interface with index ifindex (whatever it was called then; 0 is no
 // interface), and those left from a deleted interface that was called
 // iface.
-func (l *Pins) findHops(iface string, ifindex int, ns uint64) ([]key, error) {
+func (l *Pins) findHops(iface string, ifindex int, ns uint64) ([]pin.IfaceKey, error) {
 	entries, err := os.ReadDir(l.root())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -182,44 +116,25 @@ func (l *Pins) findHops(iface string, ifindex int, ns uint64) ([]key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list pinned INT hops: %w", err)
 	}
-	var keys []key
+	var keys []pin.IfaceKey
 	for _, e := range entries {
-		k, ok := parseKey(e.Name())
-		if !ok || !e.IsDir() || k.netns != ns {
+		k, ok := pin.ParseIfaceKey(e.Name())
+		if !ok || !e.IsDir() || k.Netns != ns {
 			continue
 		}
-		if k.ifindex == ifindex || (k.ifname == iface && ifaceGone(k.ifindex)) {
+		if k.Index == ifindex || (k.Name == iface && pin.IfaceGone(k.Index)) {
 			keys = append(keys, k)
 		}
 	}
 	return keys, nil
 }
 
-// privateMountNS reports whether this process has a mount namespace of
-// its own, unlike its parent: `ip netns exec` makes one, with a fresh
-// /sys that hides the host's bpffs.
-func privateMountNS() bool {
-	self, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return false
-	}
-	parent, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid()))
-	return err == nil && parent != self
-}
-
 // ensureBPFFS makes sure pins can go under the bpffs, mounting it where
 // kernel.Host.EnsureBPFFS would, but not in a mount namespace that ends with
 // this process: pins made there would vanish, and the hop with them.
 func (l *Pins) ensureBPFFS() ([]string, error) {
-	if ok, err := kernel.IsBPFFS(l.host.BPFFS); err == nil && ok {
-		return nil, nil
-	}
-	if l.host.IsDefaultBPFFS() && privateMountNS() {
-		return nil, kernel.NewError(kernel.KindNoBPFFS,
-			"enter the network namespace with nsenter, which keeps the host's bpffs: nsenter --net=/run/netns/NS ccload int hop ...; or keep the hop in the foreground with --foreground",
-			nil, "%s is not a bpffs here: this command has a mount namespace of its own (ip netns exec makes one), and a hop pinned in it would be detached when ccload exits", l.host.BPFFS)
-	}
-	return l.host.EnsureBPFFS()
+	return pin.EnsureLasting(l.host, "a hop",
+		"enter the network namespace with nsenter, which keeps the host's bpffs: nsenter --net=/run/netns/NS ccload int hop ...; or keep the hop in the foreground with --foreground")
 }
 
 // foregroundOn reports whether an INT hop program runs with TCX on
@@ -280,11 +195,11 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 			"check the name with `ip link`; ccload works in the network namespace it runs in (nsenter --net=/run/netns/NS ccload ... for another)",
 			nil, "no interface %q in this network namespace", cfg.Iface)
 	}
-	ns, err := currentNetns()
+	ns, err := pin.CurrentNetns()
 	if err != nil {
 		return nil, err
 	}
-	key := key{ifname: ifi.Name, ifindex: ifi.Index, netns: ns}
+	key := pin.IfaceKey{Name: ifi.Name, Index: ifi.Index, Netns: ns}
 	old, err := l.findHops(ifi.Name, ifi.Index, ns)
 	if err != nil {
 		return nil, err
@@ -370,7 +285,7 @@ func (l *Pins) Detach(iface string) (bool, error) {
 	if err := kernel.CheckCaps(); err != nil {
 		return false, err
 	}
-	ns, err := currentNetns()
+	ns, err := pin.CurrentNetns()
 	if err != nil {
 		return false, err
 	}
@@ -394,27 +309,11 @@ func (l *Pins) Detach(iface string) (bool, error) {
 	return len(keys) > 0, nil
 }
 
-// ifaceGone reports whether this network namespace has no interface
-// with index ifindex any more.
-func ifaceGone(ifindex int) bool {
-	_, err := net.InterfaceByIndex(ifindex)
-	return err != nil
-}
-
-// ifaceNow returns the name the interface of k has now, or the one it had
-// when it is gone.
-func ifaceNow(k key) string {
-	if ifi, err := net.InterfaceByIndex(k.ifindex); err == nil {
-		return ifi.Name
-	}
-	return k.ifname
-}
-
 // removeHop detaches what is still attached of the hop k and removes its
 // pins.
-func (l *Pins) removeHop(k key) error {
+func (l *Pins) removeHop(k pin.IfaceKey) error {
 	dir := l.dir(k)
-	iface := ifaceNow(k)
+	iface := pin.IfaceNow(k)
 	for _, side := range sides() {
 		path := pinPath(dir, side)
 		info, err := qdisc.InspectPinned(iface, side, path)
@@ -438,7 +337,7 @@ func (l *Pins) removeHop(k key) error {
 // List lists the pinned INT hops of the calling thread's network
 // namespace, by interface name, with their config and counters.
 func (l *Pins) List() ([]Status, error) {
-	ns, err := currentNetns()
+	ns, err := pin.CurrentNetns()
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +350,7 @@ func (l *Pins) List() ([]Status, error) {
 	}
 	hops := []Status{}
 	for _, e := range entries {
-		if k, ok := parseKey(e.Name()); ok && e.IsDir() && k.netns == ns {
+		if k, ok := pin.ParseIfaceKey(e.Name()); ok && e.IsDir() && k.Netns == ns {
 			hops = append(hops, l.readHop(k))
 		}
 	}
@@ -460,12 +359,12 @@ func (l *Pins) List() ([]Status, error) {
 }
 
 // readHop reads the pins of hop k. What it cannot read becomes a note.
-func (l *Pins) readHop(k key) Status {
+func (l *Pins) readHop(k pin.IfaceKey) Status {
 	dir := l.dir(k)
-	st := Status{Iface: ifaceNow(k), Ifindex: k.ifindex, NetnsInode: k.netns, PinDir: dir}
+	st := Status{Iface: pin.IfaceNow(k), Ifindex: k.Index, NetnsInode: k.Netns, PinDir: dir}
 	note := func(format string, args ...any) { st.Notes = append(st.Notes, fmt.Sprintf(format, args...)) }
-	if st.Iface != k.ifname {
-		note("the interface was called %s when the hop was attached", k.ifname)
+	if st.Iface != k.Name {
+		note("the interface was called %s when the hop was attached", k.Name)
 	}
 
 	if conf, err := ebpf.LoadPinnedMap(filepath.Join(dir, intHopMapHopConfig), nil); err != nil {

@@ -24,43 +24,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/pin"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/qdisc"
 	"github.com/ccload/ccload/telemetry/sockops"
 	"github.com/ccload/ccload/testbed"
 )
-
-func TestHopKeyNames(t *testing.T) {
-	for _, tt := range []struct {
-		key  key
-		want string
-	}{
-		{key{"eth0", 2, 4026531840}, "eth0-2-ns4026531840"},
-		{key{"eth0.100", 7, 1}, "eth0%2e100-7-ns1"},
-		{key{"a%b", 3, 9}, "a%25b-3-ns9"},
-		{key{"veth-a-1", 12, 5}, "veth-a-1-12-ns5"},
-		{key{"x.y-ns3", 4, 8}, "x%2ey-ns3-4-ns8"},
-	} {
-		got := tt.key.String()
-		if got != tt.want {
-			t.Errorf("%+v names %q, want %q", tt.key, got, tt.want)
-		}
-		if strings.Contains(got, ".") {
-			t.Errorf("%q has a dot, which bpffs refuses", got)
-		}
-		back, ok := parseKey(got)
-		if !ok || back != tt.key {
-			t.Errorf("parseKey(%q) = %+v, %v; want %+v", got, back, ok, tt.key)
-		}
-	}
-	for _, bad := range []string{"eth0", "eth0-3", "eth0-x-ns5", "-3-ns5", "eth0-3-ns", "eth0-0-ns5",
-		"eth0.1-3-ns5", "eth0%2E1-3-ns5", "staging-hop-eth0-3-ns5-123"} {
-		if k, ok := parseKey(bad); ok {
-			t.Errorf("parseKey(%q) = %+v, want no key", bad, k)
-		}
-	}
-}
 
 func TestConfigRoundTrip(t *testing.T) {
 	cfg := Config{RateBps: 10_000_000_000, BufferBytes: 1 << 20, ECNThreshold: 30_000, BurstBytes: 64_000, ACKPadding: true}
@@ -259,12 +229,12 @@ func TestPinnedHop(t *testing.T) {
 			if m != qdisc.MethodAuto && st.Method != m {
 				t.Errorf("attached with %s, want %s", st.Method, m)
 			}
-			if k, ok := parseKey(filepath.Base(st.PinDir)); !ok || k.ifname != iface || k.ifindex != st.Ifindex || k.netns != st.NetnsInode {
+			if k, ok := pin.ParseIfaceKey(filepath.Base(st.PinDir)); !ok || k.Name != iface || k.Index != st.Ifindex || k.Netns != st.NetnsInode {
 				t.Errorf("pin directory %s does not name %s (index %d, netns %d)", st.PinDir, iface, st.Ifindex, st.NetnsInode)
 			}
-			for _, pin := range []string{intHopMapHopConfig, intHopMapHopStats, intHopMapHopQueue, "tc_egress"} {
-				if !kernel.Exists(filepath.Join(st.PinDir, pin)) {
-					t.Errorf("%s lacks the pin %s", st.PinDir, pin)
+			for _, name := range []string{intHopMapHopConfig, intHopMapHopStats, intHopMapHopQueue, "tc_egress"} {
+				if !kernel.Exists(filepath.Join(st.PinDir, name)) {
+					t.Errorf("%s lacks the pin %s", st.PinDir, name)
 				}
 			}
 			if got := hopPinsLeft(t, l); !slices.Equal(got, []string{st.PinDir}) {

@@ -10,22 +10,19 @@
 package sockops
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/percpu"
 	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/scope"
 )
 
 // Config configures the INT sockops program.
@@ -97,54 +94,6 @@ func (n *INT) Store() *Store { return n.store }
 
 func (n *INT) dir() string { return filepath.Join(n.host.PinRoot(), intDir) }
 
-// cgroup2Root finds where the cgroup v2 hierarchy is mounted.
-func cgroup2Root() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ... mountpoint ... - fstype source options
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
-				return fields[4], nil
-			}
-		}
-	}
-	return "", errors.New("no cgroup2 file system is mounted")
-}
-
-// cgroupPath finds the directory of a cgroup v2 id (its inode number),
-// or describes the id when it cannot.
-func cgroupPath(id uint64) string {
-	root, err := cgroup2Root()
-	if err != nil {
-		return fmt.Sprintf("cgroup id %d", id)
-	}
-	found, seen := "", 0
-	filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if seen++; seen > 100_000 {
-			return filepath.SkipAll
-		}
-		var st unix.Stat_t
-		if unix.Stat(path, &st) == nil && st.Ino == id {
-			found = path
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if found == "" {
-		return fmt.Sprintf("cgroup id %d", id)
-	}
-	return found
-}
-
 func (cfg *Config) normalize() error {
 	if cfg.Slots == 0 {
 		cfg.Slots = defaultSlots
@@ -156,18 +105,13 @@ func (cfg *Config) normalize() error {
 	if cfg.Every == 0 {
 		cfg.Every = 1
 	}
-	for i, p := range cfg.Peers {
-		if !p.IsValid() {
-			return kernel.NewError(kernel.KindBadParam, "write prefixes like 198.18.0.0/15 or fd00::/8", nil, "invalid prefix")
-		}
-		// A v4-mapped prefix (::ffff:198.18.0.0/111) is an IPv4 one.
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		cfg.Peers[i] = p.Masked()
+	peers, err := scope.Normalize(cfg.Peers)
+	if err != nil {
+		return err
 	}
+	cfg.Peers = peers
 	if cfg.Cgroup == "" {
-		root, err := cgroup2Root()
+		root, err := kernel.Cgroup2Root()
 		if err != nil {
 			return kernel.NewError(kernel.KindKernelTooOld, "mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup) or pass --cgroup", err,
 				"cannot find the cgroup v2 hierarchy")
@@ -187,77 +131,6 @@ func (cfg Config) config() intSockopsIntConfig {
 		c.TsoOnly = 1
 	}
 	return c
-}
-
-// lpmV4Key and lpmV6Key are the trie keys of p (struct lpm_v4 and lpm_v6
-// of bpf/int_sockops.c, addresses in network order).
-func lpmV4Key(p netip.Prefix) intSockopsLpmV4 {
-	a := p.Addr().As4()
-	return intSockopsLpmV4{Prefixlen: uint32(p.Bits()), Addr: binary.NativeEndian.Uint32(a[:])}
-}
-
-func lpmV6Key(p netip.Prefix) intSockopsLpmV6 {
-	a := p.Addr().As16()
-	k := intSockopsLpmV6{Prefixlen: uint32(p.Bits())}
-	for i := range k.Addr {
-		k.Addr[i] = binary.NativeEndian.Uint32(a[4*i:])
-	}
-	return k
-}
-
-// writePeers replaces the contents of the two LPM tries with peers.
-func writePeers(v4, v6 *ebpf.Map, peers []netip.Prefix) error {
-	var k4 intSockopsLpmV4
-	var k6 intSockopsLpmV6
-	var v uint8
-	var keys4 []intSockopsLpmV4
-	for iter := v4.Iterate(); iter.Next(&k4, &v); {
-		keys4 = append(keys4, k4)
-	}
-	var keys6 []intSockopsLpmV6
-	for iter := v6.Iterate(); iter.Next(&k6, &v); {
-		keys6 = append(keys6, k6)
-	}
-	for _, k := range keys4 {
-		_ = v4.Delete(k)
-	}
-	for _, k := range keys6 {
-		_ = v6.Delete(k)
-	}
-	one := uint8(1)
-	for _, p := range peers {
-		var err error
-		if p.Addr().Is4() {
-			err = v4.Put(lpmV4Key(p), one)
-		} else {
-			err = v6.Put(lpmV6Key(p), one)
-		}
-		if err != nil {
-			return fmt.Errorf("add peer prefix %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// readPeers lists the prefixes in the two LPM tries.
-func readPeers(v4, v6 *ebpf.Map) []string {
-	var peers []string
-	var k4 intSockopsLpmV4
-	var v uint8
-	for iter := v4.Iterate(); iter.Next(&k4, &v); {
-		var a [4]byte
-		binary.NativeEndian.PutUint32(a[:], k4.Addr)
-		peers = append(peers, netip.PrefixFrom(netip.AddrFrom4(a), int(k4.Prefixlen)).String())
-	}
-	var k6 intSockopsLpmV6
-	for iter := v6.Iterate(); iter.Next(&k6, &v); {
-		var a [16]byte
-		for i, w := range k6.Addr {
-			binary.NativeEndian.PutUint32(a[4*i:], w)
-		}
-		peers = append(peers, netip.PrefixFrom(netip.AddrFrom16(a), int(k6.Prefixlen)).String())
-	}
-	return peers
 }
 
 // Enable attaches the INT sockops program to a cgroup and pins it.
@@ -315,7 +188,7 @@ func (n *INT) attach(cfg Config) (err error) {
 		return kernel.LoadError("the INT sockops program", err)
 	}
 	defer objs.Close()
-	if err := writePeers(objs.IntPeersV4, objs.IntPeersV6, cfg.Peers); err != nil {
+	if err := scope.Write(objs.IntPeersV4, objs.IntPeersV6, cfg.Peers); err != nil {
 		return err
 	}
 
@@ -372,7 +245,7 @@ func (n *INT) reconfigure(cfg Config) error {
 		return err
 	}
 	defer v6.Close()
-	if err := writePeers(v4, v6, cfg.Peers); err != nil {
+	if err := scope.Write(v4, v6, cfg.Peers); err != nil {
 		return err
 	}
 	return conf.Update(uint32(0), cfg.config(), ebpf.UpdateExist)
@@ -408,7 +281,7 @@ func (n *INT) Status() (*Status, error) {
 	if lnk, err := link.LoadPinnedLink(filepath.Join(n.dir(), pinLink), nil); err == nil {
 		if info, err := lnk.Info(); err == nil {
 			if cg := info.Cgroup(); cg != nil {
-				st.Cgroup = cgroupPath(uint64(cg.CgroupId))
+				st.Cgroup = kernel.CgroupPath(uint64(cg.CgroupId))
 			}
 		}
 		lnk.Close()
@@ -425,7 +298,11 @@ func (n *INT) Status() (*Status, error) {
 	if err := errors.Join(err4, err6); err != nil {
 		st.Notes = append(st.Notes, fmt.Sprintf("cannot read the peer prefixes: %v", err))
 	} else {
-		st.Peers = append(st.Peers, readPeers(v4, v6)...)
+		peers, err := scope.Read(v4, v6)
+		st.Peers = append(st.Peers, peers...)
+		if err != nil {
+			st.Notes = append(st.Notes, fmt.Sprintf("cannot read the peer prefixes: %v", err))
+		}
 	}
 	for _, m := range []*ebpf.Map{v4, v6} {
 		if m != nil {

@@ -1,12 +1,14 @@
 package sockops
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"os"
 	"slices"
 	"testing"
 
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/scope"
 	"github.com/ccload/ccload/internal/testutil"
 )
 
@@ -49,6 +51,19 @@ func TestNormalize(t *testing.T) {
 				t.Errorf("normalize = peers %v slots %d every %d; want %v, %d, %d", got, cfg.Slots, cfg.Every, tt.peers, tt.slots, tt.every)
 			}
 		})
+	}
+}
+
+// TestScopeKeys checks that internal/scope's keys, which fill the peer
+// tries, have the layout of the generated struct lpm_v4 and lpm_v6.
+func TestScopeKeys(t *testing.T) {
+	for _, tt := range []struct{ generated, scope any }{
+		{intSockopsLpmV4{}, scope.V4Key{}},
+		{intSockopsLpmV6{}, scope.V6Key{}},
+	} {
+		if g, s := binary.Size(tt.generated), binary.Size(tt.scope); g != s || g <= 0 {
+			t.Errorf("%T is %d bytes, %T %d", tt.generated, g, tt.scope, s)
+		}
 	}
 }
 

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * onramp.h: On-Ramp (bpf/onramp.c) as its programs and the Go package
+ * onramp share it: the TCP options (docs/onramp-option.md), the run-time
+ * configuration, per-flow and per-peer state, counters and trace records.
+ *
+ * Clocks: departure times (t_next, last_dep) are CLOCK_MONOTONIC ns, the
+ * clock sch_fq compares skb->tstamp against; every time that crosses hosts
+ * (the options' tx, the one-way delay) is CLOCK_TAI ns, the clock map's
+ * (clock.h). The two are converted in one place, stamp() in onramp.c.
+ * Scales: beta and gain are FP_ONE (2^16) fractions (ccload.h).
+ */
+#ifndef CCLOAD_ONRAMP_H
+#define CCLOAD_ONRAMP_H
+
+#include "ccload.h"
+
+/* RFC 6994 ExIDs under kind 253 (TCP_OPT_EXP). */
+#define ONRAMP_EXID_STAMP 0xCC20	/* data: tx time and cumulative pause */
+#define ONRAMP_EXID_ECHO 0xCC21		/* ACK: one-way delay, tx and pause echoed */
+#define ONRAMP_EXID_PAD 0xCC2F		/* room reserved by sockops, not (yet) filled */
+#define ONRAMP_EXID_FAMILY 0xCC20	/* the three share 0xCC2X */
+#define ONRAMP_EXID_MASK 0xF0
+#define ONRAMP_STAMP_LEN 12
+#define ONRAMP_ECHO_LEN 16
+/* An echoed one-way delay that says: the receiver has no clock offset for us. */
+#define ONRAMP_NO_CLOCK ((__s32)0x80000000)
+
+/* onramp_config.flags */
+#define ONRAMP_F_AUTO_T 0x1	/* T = minOWD + 2 sigma_clk per peer */
+#define ONRAMP_F_STRAWMAN 0x2	/* pause O - T, without lag compensation (§3.1) */
+
+/*
+ * Run-time configuration, written whole by the Go side in one map update.
+ * Append fields only.
+ */
+struct onramp_config {
+	__u64 threshold_ns;	/* T; with ONRAMP_F_AUTO_T the fallback */
+	__u64 max_pause_ns;	/* longest single pause */
+	__u64 min_window_ns;	/* minOWD is the least over one to two of these */
+	__u32 gain;		/* EWMA gain g of beta, FP_ONE */
+	__u32 flags;		/* ONRAMP_F_* */
+};
+
+/* A TCP connection from this host's point of view; ports in network order. */
+struct onramp_flow_key {
+	__u32 local[4];		/* IPv4 in [0], the rest zero */
+	__u32 remote[4];
+	__u16 lport;
+	__u16 rport;
+	__u32 v6;
+};
+
+/* One connection's state: its sending side, then its receiving side. */
+struct onramp_flow {
+	__u64 t_next;		/* MONO: no packet departs before */
+	__u64 last_dep;		/* MONO: latest departure time given */
+	__u64 pause_total;	/* ns of pause asserted, ever (the options carry it mod 2^32) */
+	__u64 pauses;		/* pauses asserted */
+	__u64 last_echo;	/* MONO: the last echo used */
+	__s64 beta;		/* FP_ONE */
+	__s32 prev_owd;		/* O_B: the previous sample's one-way delay */
+	__u32 prev_pause;	/* the previous sample's pause at its tx */
+	__u32 prev_tx;		/* the previous sample's tx (TAI mod 2^32) */
+	__u32 srtt_ns;		/* EWMA (1/8) of the samples' RTTs */
+	__u32 samples;		/* echoes used */
+	__u32 have_prev;
+	/* receiving side */
+	__s32 rx_owd;		/* the newest stamp's one-way delay, or ONRAMP_NO_CLOCK */
+	__u32 rx_tx;		/* its tx */
+	__u32 rx_pause;		/* its pause */
+	__u32 rx_fresh;		/* 1 until an ACK echoes it */
+};
+
+/*
+ * One-way delay histogram per peer: log-linear, 8 buckets per power of two
+ * (relative width 1/8). Bucket of v ns: 0 for v < 16; else with b the bit
+ * length of v, (b - 4) * 8 + the 3 bits after the leading one. The Go side
+ * (onramp.owdBucketRange) inverts it.
+ */
+#define ONRAMP_HIST_SUB_BITS 3
+#define ONRAMP_HIST_BUCKETS 256	/* a power of two (indexes are masked); the last holds 2^35 ns and more */
+
+struct onramp_peer {
+	__u64 samples;		/* echoes used */
+	__u64 no_clock;		/* echoes that said the receiver had no offset for us */
+	__u64 pauses;
+	__u64 pause_ns;
+	__u64 negative;		/* samples below zero (clock error) */
+	__s64 min_owd;		/* least one-way delay in the current window */
+	__s64 min_owd_prev;	/* ... and in the previous one */
+	__u64 min_start;	/* MONO: when the current window began */
+	__u32 hist[ONRAMP_HIST_BUCKETS];
+};
+
+/* Counters, named in onramp (statNames); append only. */
+enum onramp_stat {
+	ONRAMP_STAT_SCOPED = 0,		/* connections to peers in the prefixes */
+	ONRAMP_STAT_STAMP_NO_SPACE,	/* data segments sockops found no room on */
+	ONRAMP_STAT_ECHO_NO_SPACE,	/* pure ACKs sockops found no room on */
+	ONRAMP_STAT_STAMPED,		/* stamps written at egress */
+	ONRAMP_STAT_STAMP_FAILED,	/* reserved room the egress could not fill */
+	ONRAMP_STAT_ECHOED,		/* echoes written at egress */
+	ONRAMP_STAT_ECHO_EMPTY,		/* reserved echo room with no new sample: left as PAD */
+	ONRAMP_STAT_RX_STAMPS,		/* stamps received */
+	ONRAMP_STAT_RX_NO_CLOCK,	/* ... from a sender the clock map has no offset for */
+	ONRAMP_STAT_ECHOES,		/* echoes received */
+	ONRAMP_STAT_NO_CLOCK,		/* ... that said the receiver had no offset for us */
+	ONRAMP_STAT_STALE,		/* ... ignored: older than one RTT, or repeated */
+	ONRAMP_STAT_UNKNOWN_FLOW,	/* ... for a connection this interface never stamped */
+	ONRAMP_STAT_PAUSES,		/* pauses asserted */
+	ONRAMP_STAT_PAUSE_NS,		/* ns of pause asserted */
+	ONRAMP_STAT_CLAMPED,		/* pauses cut to max_pause_ns */
+	ONRAMP_STAT_DELAYED,		/* packets given a later departure time */
+	ONRAMP_STAT_MALFORMED,		/* our options with a wrong length */
+	ONRAMP_STAT_BETA_SAMPLES,	/* beta measurements (P_BG > 0) */
+	ONRAMP_STAT_MAX,
+};
+
+/* onramp_trace_event.flags */
+#define ONRAMP_TRACE_PAUSED 0x1		/* this echo asserted a pause */
+#define ONRAMP_TRACE_CLAMPED 0x2	/* ... cut to max_pause_ns */
+#define ONRAMP_TRACE_BETA 0x4		/* this echo measured beta */
+#define ONRAMP_TRACE_STALE 0x8		/* ignored: older than one RTT */
+#define ONRAMP_TRACE_NO_CLOCK 0x10	/* ignored: the receiver had no offset */
+
+/* A record per echo the sender handles, while tracing is on. */
+struct onramp_trace_event {
+	__u64 ts_ns;		/* MONO */
+	struct onramp_flow_key flow;
+	__s32 owd_ns;		/* O */
+	__u32 p_last_ns;	/* P_LastPktRTT */
+	__s64 beta;		/* FP_ONE, after this echo */
+	__u64 t_next;		/* MONO, after this echo */
+	__u64 threshold_ns;	/* T used */
+	__u64 pause_ns;		/* pause added by this echo */
+	__u32 rtt_ns;		/* the sample's RTT: now - its tx */
+	__u32 flags;		/* ONRAMP_TRACE_* */
+};
+
+#endif /* CCLOAD_ONRAMP_H */

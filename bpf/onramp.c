@@ -1,0 +1,567 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * onramp: On-Ramp (NSDI'21) at tc, for any congestion control. When the
+ * one-way delay (OWD) of a flow's packets exceeds a threshold T, the sender
+ * holds the flow's next packets back, with earliest departure times that
+ * sch_fq enforces, while fq keeps serving the other flows.
+ *
+ * One object per interface, attached to both sides of it; every host of a
+ * flow runs it (the sender's side of one flow is the receiver's of another):
+ *
+ *   onramp_egress   data segment with a 12-byte PAD (reserved by
+ *                   bpf/onramp_sockops.c): give it its departure time,
+ *                   max(its own, the flow's t_next, the flow's last one),
+ *                   and turn the PAD into a STAMP: that departure time
+ *                   (TAI) and the flow's cumulative pause.
+ *                   pure ACK with a 16-byte PAD: turn it into an ECHO of
+ *                   the newest stamp received on the flow, if any.
+ *   onramp_ingress  STAMP: OWD = rx - (tx - offset), offset the sender's
+ *                   from the clock map; kept for the next ACK's ECHO.
+ *                   ECHO: the sender's control (control() below, the
+ *                   paper's §3.2), which moves the flow's t_next.
+ *
+ * The options' formats are in docs/onramp-option.md. Rewriting an option in
+ * place keeps the header's length, so GSO packets stay sound: every
+ * segment of one carries the same stamp.
+ */
+#include "include/ccload.h"
+#include "include/clock.h"
+#include "include/onramp.h"
+#include "include/tcpkt.h"
+
+char _license[] SEC("license") = "GPL";
+
+/* __sk_buff->tstamp_type of a CLOCK_MONOTONIC delivery time (see edt_delay.c). */
+#define EDT_TSTAMP_MONO 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct onramp_config);
+} onramp_params SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct onramp_flow_key);
+	__type(value, struct onramp_flow);
+} onramp_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct clock_peer);
+	__type(value, struct onramp_peer);
+} onramp_peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ONRAMP_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} onramp_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} onramp_trace SEC(".maps");
+
+/* Non-zero while `ccload trace onramp` reads onramp_trace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} onramp_trace_on SEC(".maps");
+
+/* Unused: it puts the trace record into the object's BTF, for bpf2go. */
+const struct onramp_trace_event *onramp_trace_event_btf __attribute__((unused));
+
+CLOCK_OFFSETS_MAP;
+
+/* A new peer's first value: too large for the stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct onramp_peer);
+} onramp_peer_init SEC(".maps");
+
+/* The option's bytes, as on the wire. */
+struct onramp_opt {
+	__u8 kind;
+	__u8 len;
+	__be16 exid;
+	__be32 a;	/* STAMP: tx.    ECHO: owd */
+	__be32 b;	/* STAMP: pause. ECHO: tx */
+	__be32 c;	/* ECHO: pause */
+} __attribute__((packed));
+
+static __always_inline struct onramp_config *onramp_cfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&onramp_params, &zero);
+}
+
+/* The flow of a segment this host sends (from), or receives. */
+static __always_inline void flow_key(const struct tcp_flow *f, bool from, struct onramp_flow_key *k)
+{
+	if (from) {
+		__builtin_memcpy(k->local, f->src, sizeof(k->local));
+		__builtin_memcpy(k->remote, f->dst, sizeof(k->remote));
+		k->lport = f->sport;
+		k->rport = f->dport;
+	} else {
+		__builtin_memcpy(k->local, f->dst, sizeof(k->local));
+		__builtin_memcpy(k->remote, f->src, sizeof(k->remote));
+		k->lport = f->dport;
+		k->rport = f->sport;
+	}
+	k->v6 = f->v6;
+}
+
+/* The remote end as the clock map names peers: IPv4 as ::ffff:a.b.c.d. */
+static __always_inline void peer_of(const struct onramp_flow_key *k, struct clock_peer *p)
+{
+	if (k->v6) {
+		__builtin_memcpy(p->addr, k->remote, sizeof(p->addr));
+		return;
+	}
+	__builtin_memset(p->addr, 0, 10);
+	p->addr[10] = 0xff;
+	p->addr[11] = 0xff;
+	__builtin_memcpy(&p->addr[12], &k->remote[0], 4);
+}
+
+/* Payload bytes after the TCP header (a GSO packet's whole payload). */
+static __always_inline __u32 payload(const struct __sk_buff *skb, const struct tcp_pkt *p)
+{
+	__u32 hdr = p->l4 + p->doff;
+
+	return skb->len > hdr ? skb->len - hdr : 0;
+}
+
+/* Bit length of v (0 for 0), in six bounded steps. */
+static __always_inline __u32 bit_length(__u64 v)
+{
+	__u32 n = 0;
+
+	if (v >> 32) { v >>= 32; n += 32; }
+	if (v >> 16) { v >>= 16; n += 16; }
+	if (v >> 8) { v >>= 8; n += 8; }
+	if (v >> 4) { v >>= 4; n += 4; }
+	if (v >> 2) { v >>= 2; n += 2; }
+	if (v >> 1) { v >>= 1; n += 1; }
+	return n + (__u32)v;
+}
+
+/* The histogram bucket of a one-way delay of v ns (onramp.h). */
+static __always_inline __u32 owd_bucket(__u64 v)
+{
+	__u32 b = bit_length(v), i;
+
+	if (b <= ONRAMP_HIST_SUB_BITS + 1)
+		return 0;
+	i = (b - ONRAMP_HIST_SUB_BITS - 1) * (1 << ONRAMP_HIST_SUB_BITS) +
+	    ((v >> (b - ONRAMP_HIST_SUB_BITS - 1)) & ((1 << ONRAMP_HIST_SUB_BITS) - 1));
+	return i < ONRAMP_HIST_BUCKETS ? i : ONRAMP_HIST_BUCKETS - 1;
+}
+
+/*
+ * Turns the reserved PAD at off into opt and keeps the checksum valid.
+ * n is the option's length, 12 or 16.
+ */
+static __always_inline bool fill(struct __sk_buff *skb, __u32 off, __u32 csum_off, struct onramp_opt *opt, __u32 n)
+{
+	struct onramp_opt old = {};
+
+	if (n != ONRAMP_STAMP_LEN && n != ONRAMP_ECHO_LEN)
+		return false;
+	if (bpf_skb_load_bytes(skb, off, &old, n))
+		return false;
+	return tcp_store_csum(skb, off, csum_off, &old, opt, n);
+}
+
+/*
+ * A data segment leaving: its departure time and its STAMP. The departure
+ * time never goes backwards within a flow: it is at least the last one
+ * given, and only ever moved later than the segment's own.
+ */
+static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p, const struct tcp_flow *f, __u32 off)
+{
+	struct onramp_flow_key k = {};
+	struct onramp_flow *fl, init = {};
+	struct onramp_opt opt;
+	__u64 now, tai, own = 0, dep;
+
+	flow_key(f, true, &k);
+	fl = bpf_map_lookup_elem(&onramp_flows, &k);
+	if (!fl) {
+		init.beta = FP_ONE;
+		bpf_map_update_elem(&onramp_flows, &k, &init, BPF_NOEXIST);
+		fl = bpf_map_lookup_elem(&onramp_flows, &k);
+		if (!fl) {
+			stat_add(&onramp_stats, ONRAMP_STAT_STAMP_FAILED, 1);
+			return;
+		}
+	}
+	now = bpf_ktime_get_ns();
+	tai = bpf_ktime_get_tai_ns();
+	if (skb->tstamp_type == EDT_TSTAMP_MONO)
+		own = skb->tstamp;
+	dep = max_u64(max_u64(own, fl->t_next), fl->last_dep);
+	if (dep > own && dep > now) {
+		if (bpf_skb_set_tstamp(skb, dep, EDT_TSTAMP_MONO))
+			skb->tstamp = dep;
+		stat_add(&onramp_stats, ONRAMP_STAT_DELAYED, 1);
+	}
+	if (dep > fl->last_dep)
+		fl->last_dep = dep;
+
+	/* The departure on CLOCK_TAI: now's TAI reading plus the wait. */
+	opt.kind = TCP_OPT_EXP;
+	opt.len = ONRAMP_STAMP_LEN;
+	opt.exid = bpf_htons(ONRAMP_EXID_STAMP);
+	opt.a = bpf_htonl((__u32)(tai + (dep > now ? dep - now : 0)));
+	opt.b = bpf_htonl((__u32)fl->pause_total);
+	opt.c = 0;
+	if (fill(skb, off, p->l4 + 16, &opt, ONRAMP_STAMP_LEN))
+		stat_add(&onramp_stats, ONRAMP_STAT_STAMPED, 1);
+	else
+		stat_add(&onramp_stats, ONRAMP_STAT_STAMP_FAILED, 1);
+}
+
+/* A pure ACK leaving: the newest stamp received on its flow, echoed once. */
+static __always_inline void echo(struct __sk_buff *skb, const struct tcp_pkt *p, const struct tcp_flow *f, __u32 off)
+{
+	struct onramp_flow_key k = {};
+	struct onramp_flow *fl;
+	struct onramp_opt opt;
+
+	flow_key(f, true, &k);
+	fl = bpf_map_lookup_elem(&onramp_flows, &k);
+	if (!fl || !fl->rx_fresh) {
+		stat_add(&onramp_stats, ONRAMP_STAT_ECHO_EMPTY, 1);
+		return;
+	}
+	opt.kind = TCP_OPT_EXP;
+	opt.len = ONRAMP_ECHO_LEN;
+	opt.exid = bpf_htons(ONRAMP_EXID_ECHO);
+	opt.a = bpf_htonl((__u32)fl->rx_owd);
+	opt.b = bpf_htonl(fl->rx_tx);
+	opt.c = bpf_htonl(fl->rx_pause);
+	if (fill(skb, off, p->l4 + 16, &opt, ONRAMP_ECHO_LEN)) {
+		fl->rx_fresh = 0;
+		stat_add(&onramp_stats, ONRAMP_STAT_ECHOED, 1);
+	} else {
+		stat_add(&onramp_stats, ONRAMP_STAT_STAMP_FAILED, 1);
+	}
+}
+
+SEC("tc")
+int onramp_egress(struct __sk_buff *skb)
+{
+	struct tcp_flow f = {};
+	struct tcp_pkt p;
+	__u32 len = 0, data;
+	__u16 exid = 0;
+	int off;
+
+	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
+		return TC_ACT_OK;
+	off = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK, &len, &exid);
+	if (off < 0 || exid != ONRAMP_EXID_PAD)
+		return TC_ACT_OK;
+	data = payload(skb, &p);
+	if (data > 0 && len == ONRAMP_STAMP_LEN)
+		stamp(skb, &p, &f, off);
+	else if (data == 0 && len == ONRAMP_ECHO_LEN)
+		echo(skb, &p, &f, off);
+	return TC_ACT_OK;
+}
+
+/* A STAMP received: its one-way delay, kept for the next ACK. */
+static __always_inline void receive_stamp(const struct onramp_flow_key *k, const struct onramp_opt *opt)
+{
+	struct onramp_flow *fl, init = {};
+	struct clock_peer peer;
+	__u64 rx = bpf_ktime_get_tai_ns();
+	__s64 offset = 0;
+	__u32 err = 0, tx = bpf_ntohl(opt->a);
+	__s32 owd;
+
+	stat_add(&onramp_stats, ONRAMP_STAT_RX_STAMPS, 1);
+	peer_of(k, &peer);
+	if (clock_offset_at(&clock_offsets, &peer, rx, &offset, &err) != CLOCK_OK) {
+		owd = ONRAMP_NO_CLOCK;
+		stat_add(&onramp_stats, ONRAMP_STAT_RX_NO_CLOCK, 1);
+	} else {
+		/* rx - (tx - offset), mod 2^32: tx is TAI mod 2^32. */
+		owd = (__s32)((__u32)rx - tx + (__u32)offset);
+		if (owd == ONRAMP_NO_CLOCK)
+			owd++;
+	}
+	fl = bpf_map_lookup_elem(&onramp_flows, k);
+	if (!fl) {
+		init.beta = FP_ONE;
+		bpf_map_update_elem(&onramp_flows, k, &init, BPF_NOEXIST);
+		fl = bpf_map_lookup_elem(&onramp_flows, k);
+		if (!fl)
+			return;
+	}
+	fl->rx_owd = owd;
+	fl->rx_tx = tx;
+	fl->rx_pause = bpf_ntohl(opt->b);
+	fl->rx_fresh = 1;
+}
+
+/* The peer's one-way delay statistics, and its least delay of late. */
+static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_key *k, __s32 owd, __u64 now,
+						      const struct onramp_config *cfg)
+{
+	struct onramp_peer *pr, *init;
+	struct clock_peer peer;
+	__u32 b, zero = 0;
+
+	peer_of(k, &peer);
+	pr = bpf_map_lookup_elem(&onramp_peers, &peer);
+	if (!pr) {
+		init = bpf_map_lookup_elem(&onramp_peer_init, &zero);
+		if (!init)
+			return NULL;
+		init->min_owd = init->min_owd_prev = 0x7fffffff;
+		init->min_start = now;
+		bpf_map_update_elem(&onramp_peers, &peer, init, BPF_NOEXIST);
+		pr = bpf_map_lookup_elem(&onramp_peers, &peer);
+		if (!pr)
+			return NULL;
+	}
+	if (owd == ONRAMP_NO_CLOCK) {
+		__sync_fetch_and_add(&pr->no_clock, 1);
+		return pr;
+	}
+	__sync_fetch_and_add(&pr->samples, 1);
+	if (owd < 0) {
+		__sync_fetch_and_add(&pr->negative, 1);
+		b = 0;
+	} else {
+		b = owd_bucket(owd);
+	}
+	/* The mask, not a compare, is what every verifier keeps as a bound. */
+	__sync_fetch_and_add(&pr->hist[b & (ONRAMP_HIST_BUCKETS - 1)], 1);
+	if (cfg->min_window_ns && now - pr->min_start > cfg->min_window_ns) {
+		pr->min_owd_prev = pr->min_owd;
+		pr->min_owd = 0x7fffffff;
+		pr->min_start = now;
+	}
+	if (owd < pr->min_owd)
+		pr->min_owd = owd;
+	return pr;
+}
+
+/*
+ * The threshold T for a peer: the configured one, or with ONRAMP_F_AUTO_T
+ * the least one-way delay of late plus twice the clock's error (§7.1), the
+ * error being this host's estimate of its offset to the peer.
+ */
+static __always_inline __u64 threshold(const struct onramp_config *cfg, const struct onramp_peer *pr,
+				       const struct onramp_flow_key *k, __u64 tai)
+{
+	struct clock_peer peer;
+	__s64 least, offset;
+	__u32 err = 0;
+
+	if (!(cfg->flags & ONRAMP_F_AUTO_T) || !pr)
+		return cfg->threshold_ns;
+	least = pr->min_owd < pr->min_owd_prev ? pr->min_owd : pr->min_owd_prev;
+	if (least < 0 || least >= 0x7fffffff)
+		return cfg->threshold_ns;
+	peer_of(k, &peer);
+	if (clock_offset_at(&clock_offsets, &peer, tai, &offset, &err) != CLOCK_OK)
+		err = 0;
+	return (__u64)least + 2 * (__u64)err;
+}
+
+/*
+ * β's EWMA: β_m = (O_B - O_G) / P_BG, clamped to [0, 1], taken only when the
+ * flow paused between the two packets' departures (P_BG > 0).
+ */
+static __always_inline __s64 beta_update(__s64 beta, __s32 o_b, __s32 o_g, __u32 p_bg, __u32 gain)
+{
+	__s64 d = (__s64)o_b - o_g, m;
+
+	if (d <= 0)
+		m = 0;
+	else if ((__u64)d >= p_bg)
+		m = FP_ONE;
+	else
+		m = (__s64)(((__u64)d << FP_SHIFT) / p_bg);
+	return beta + (((m - beta) * (__s64)gain) >> FP_SHIFT);
+}
+
+/*
+ * The pause an echo asks for (§3.2): with O the echoed one-way delay and
+ * P the pause asserted since the echoed packet left, pause for
+ * O - T - β·P when that is positive. The strawman (§3.1) ignores P.
+ * Returns the pause in ns, at most max_pause.
+ */
+static __always_inline __u64 pause_for(__s32 owd, __u32 p_last, __s64 beta, __u64 t, const struct onramp_config *cfg)
+{
+	__s64 excess = owd;
+
+	if (!(cfg->flags & ONRAMP_F_STRAWMAN))
+		excess -= (__s64)(((__u64)p_last * (__u64)beta) >> FP_SHIFT);
+	if (excess <= (__s64)t)
+		return 0;
+	return (__u64)excess - t;
+}
+
+/*
+ * The flow's pause that has elapsed by now, mod 2^32: what it asserted,
+ * less what is still ahead of it. P_LastPktRTT is the pause asserted
+ * during the echoed packet's round trip (§3.2); the part of a pause that
+ * lies in the future has not drained anything yet, and subtracting it
+ * would stop a flow from pausing again while the queue is still there.
+ * A STAMP carries the same quantity: a packet leaves no earlier than
+ * t_next, when all the pause asserted before it has elapsed.
+ */
+static __always_inline __u32 elapsed_pause(const struct onramp_flow *fl, __u64 now)
+{
+	__u64 ahead = fl->t_next > now ? fl->t_next - now : 0;
+
+	return (__u32)(fl->pause_total - ahead);
+}
+
+/* An ECHO received: the sender's control. */
+static __always_inline void control(struct __sk_buff *skb, const struct onramp_flow_key *k,
+				    const struct onramp_opt *opt)
+{
+	struct onramp_config *cfg = onramp_cfg();
+	struct onramp_trace_event *ev;
+	struct onramp_flow *fl;
+	__u32 zero = 0, *on;
+	struct onramp_peer *pr;
+	__s32 owd = (__s32)bpf_ntohl(opt->a);
+	__u32 tx = bpf_ntohl(opt->b), pause = bpf_ntohl(opt->c), rtt, age, p_last, flags = 0;
+	__u64 now, tai, t = 0, want = 0, until, added = 0;
+
+	if (!cfg)
+		return;
+	stat_add(&onramp_stats, ONRAMP_STAT_ECHOES, 1);
+	fl = bpf_map_lookup_elem(&onramp_flows, k);
+	if (!fl) {
+		stat_add(&onramp_stats, ONRAMP_STAT_UNKNOWN_FLOW, 1);
+		return;
+	}
+	now = bpf_ktime_get_ns();
+	tai = bpf_ktime_get_tai_ns();
+	pr = peer_sample(k, owd, now, cfg);
+	if (owd == ONRAMP_NO_CLOCK) {
+		stat_add(&onramp_stats, ONRAMP_STAT_NO_CLOCK, 1);
+		flags |= ONRAMP_TRACE_NO_CLOCK;
+		goto trace;
+	}
+
+	/*
+	 * The packet's RTT on this host's clock alone, and how long ago the
+	 * receiver measured it (the RTT less the one-way delay). A sample
+	 * measured more than one smoothed RTT ago, or one already used, says
+	 * nothing about the queue now.
+	 */
+	rtt = (__u32)tai - tx;
+	age = rtt - (__u32)owd;
+	if ((fl->have_prev && tx == fl->prev_tx) || (fl->srtt_ns && (__s32)age > 0 && age > fl->srtt_ns)) {
+		stat_add(&onramp_stats, ONRAMP_STAT_STALE, 1);
+		flags |= ONRAMP_TRACE_STALE;
+		goto trace;
+	}
+	if ((__s32)rtt > 0)
+		fl->srtt_ns = fl->srtt_ns ? fl->srtt_ns - (fl->srtt_ns >> 3) + (rtt >> 3) : rtt;
+
+	if (fl->have_prev && pause != fl->prev_pause) {
+		fl->beta = beta_update(fl->beta, fl->prev_owd, owd, pause - fl->prev_pause, cfg->gain);
+		stat_add(&onramp_stats, ONRAMP_STAT_BETA_SAMPLES, 1);
+		flags |= ONRAMP_TRACE_BETA;
+	}
+	p_last = elapsed_pause(fl, now) - pause;
+	t = threshold(cfg, pr, k, tai);
+	want = pause_for(owd, p_last, fl->beta, t, cfg);
+	if (want > cfg->max_pause_ns) {
+		want = cfg->max_pause_ns;
+		stat_add(&onramp_stats, ONRAMP_STAT_CLAMPED, 1);
+		flags |= ONRAMP_TRACE_CLAMPED;
+	}
+	until = now + want;
+	if (want && until > fl->t_next) {
+		added = until - max_u64(fl->t_next, now);
+		fl->t_next = until;
+		fl->pause_total += added;
+		fl->pauses++;
+		stat_add(&onramp_stats, ONRAMP_STAT_PAUSES, 1);
+		stat_add(&onramp_stats, ONRAMP_STAT_PAUSE_NS, added);
+		if (pr) {
+			__sync_fetch_and_add(&pr->pauses, 1);
+			__sync_fetch_and_add(&pr->pause_ns, added);
+		}
+		flags |= ONRAMP_TRACE_PAUSED;
+	}
+	fl->prev_owd = owd;
+	fl->prev_pause = pause;
+	fl->prev_tx = tx;
+	fl->have_prev = 1;
+	fl->samples++;
+	fl->last_echo = now;
+
+trace:
+	on = bpf_map_lookup_elem(&onramp_trace_on, &zero);
+	if (!on || !*on)
+		return;
+	ev = bpf_ringbuf_reserve(&onramp_trace, sizeof(*ev), 0);
+	if (!ev)
+		return;
+	ev->ts_ns = now;
+	ev->flow = *k;
+	ev->owd_ns = owd;
+	ev->p_last_ns = elapsed_pause(fl, now) - pause;
+	ev->beta = fl->beta;
+	ev->t_next = fl->t_next;
+	ev->threshold_ns = t;
+	ev->pause_ns = added;
+	ev->rtt_ns = (__u32)tai - tx;
+	ev->flags = flags;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+SEC("tc")
+int onramp_ingress(struct __sk_buff *skb)
+{
+	struct onramp_flow_key k = {};
+	struct onramp_opt opt = {};
+	struct tcp_flow f = {};
+	struct tcp_pkt p;
+	__u32 len = 0;
+	__u16 exid = 0;
+	int off;
+
+	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
+		return TC_ACT_OK;
+	off = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK, &len, &exid);
+	if (off < 0 || exid == ONRAMP_EXID_PAD)
+		return TC_ACT_OK;
+	if ((exid == ONRAMP_EXID_STAMP && len != ONRAMP_STAMP_LEN) ||
+	    (exid == ONRAMP_EXID_ECHO && len != ONRAMP_ECHO_LEN) ||
+	    (exid != ONRAMP_EXID_STAMP && exid != ONRAMP_EXID_ECHO)) {
+		stat_add(&onramp_stats, ONRAMP_STAT_MALFORMED, 1);
+		return TC_ACT_OK;
+	}
+	if (bpf_skb_load_bytes(skb, off, &opt, len == ONRAMP_STAMP_LEN ? ONRAMP_STAMP_LEN : ONRAMP_ECHO_LEN))
+		return TC_ACT_OK;
+	flow_key(&f, false, &k);
+	if (exid == ONRAMP_EXID_STAMP)
+		receive_stamp(&k, &opt);
+	else
+		control(skb, &k, &opt);
+	return TC_ACT_OK;
+}

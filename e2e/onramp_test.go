@@ -1,0 +1,494 @@
+package e2e
+
+// On-Ramp end to end, in the vmtests guests (they have sch_fq): an incast
+// through a 100 Mbit/s htb bottleneck, a rate a TCG guest sustains, with
+// cubic, once without On-Ramp and once with it, both with fq on the
+// senders, so that only the pauses differ.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ccload/ccload/clocksync"
+	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
+	"github.com/ccload/ccload/onramp"
+	"github.com/ccload/ccload/qdisc"
+	"github.com/ccload/ccload/testbed"
+)
+
+const (
+	orRate   = 100_000_000 // bits/s
+	orBuffer = 128 << 10   // bytes: 10 ms at orRate
+	orFanout = 8
+	orBytes  = 256 << 10 // per incast sender
+	orGSO    = 8 << 10   // largest GSO packet on the senders: 0.66 ms at orRate
+	orT      = 2 * time.Millisecond
+	// orMaxPause scales --max-pause's 2 ms default, meant for datacenter
+	// rates, to this one: at 100 Mbit/s a queue of one incast round is
+	// tens of milliseconds, and a pause cut to 2 ms only delays a flow's
+	// packets by 2 ms instead of holding it.
+	orMaxPause = 100 * time.Millisecond
+	orRounds   = 3 // incasts per run
+	orBetween  = 300 * time.Millisecond
+)
+
+// orRun is one run of incasts.
+type orRun struct {
+	name    string
+	samples []testbed.QueueSample
+	starts  []time.Duration // of each incast, on the samples' clock
+	ends    []time.Duration // when its last flow finished
+	flows   []testbed.FlowResult
+}
+
+// queueDelay is a sample's queueing delay at the bottleneck.
+func queueDelay(s testbed.QueueSample) time.Duration {
+	return time.Duration(float64(s.BacklogBytes) * 8 / orRate * float64(time.Second))
+}
+
+// aboveT is how long, summed over the incasts, the bottleneck's queueing
+// delay stayed above T between an incast's start and its last flow's end.
+func (r orRun) aboveT() time.Duration {
+	var total time.Duration
+	for i, from := range r.starts {
+		var prev time.Duration = -1
+		for _, s := range r.samples {
+			if s.At < from || s.At > r.ends[i] {
+				continue
+			}
+			if prev >= 0 && queueDelay(s) > orT {
+				total += s.At - prev
+			}
+			prev = s.At
+		}
+	}
+	return total
+}
+
+// drops is the packets the bottleneck dropped during the run.
+func (r orRun) drops() uint32 {
+	if len(r.samples) == 0 {
+		return 0
+	}
+	return r.samples[len(r.samples)-1].Drops - r.samples[0].Drops
+}
+
+// meanDelay is the mean queueing delay during the incasts.
+func (r orRun) meanDelay() time.Duration {
+	var sum time.Duration
+	n := 0
+	for i, from := range r.starts {
+		for _, s := range r.samples {
+			if s.At >= from && s.At <= r.ends[i] {
+				sum += queueDelay(s)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
+func runOnRampIncasts(t *testing.T, d *testbed.Dumbbell, sink *testbed.Sink, name string) orRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	start := time.Now()
+	ch, err := testbed.SampleQueue(ctx, d.Router, d.BottleneckIface, time.Millisecond, 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := orRun{name: name}
+	for round := range orRounds {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var errs []error
+		r.starts = append(r.starts, time.Since(start))
+		for i := range orFanout {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := testbed.SendFlow(ctx, d.Senders[i], sink.Addr, testbed.FlowConfig{
+					CC: "cubic", Bytes: orBytes, Seed: uint64(round*orFanout + i + 1), Timeout: 30 * time.Second})
+				mu.Lock()
+				defer mu.Unlock()
+				r.flows = append(r.flows, res)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: incast %d flow %d: %w", name, round, i, err))
+				}
+			}()
+		}
+		wg.Wait()
+		r.ends = append(r.ends, time.Since(start))
+		for _, err := range errs {
+			t.Fatal(err)
+		}
+		time.Sleep(orBetween)
+	}
+	cancel()
+	r.samples = <-ch
+	return r
+}
+
+// onrampProgramsAlive lists the kernel's programs named like On-Ramp's.
+func onrampProgramsAlive() []string {
+	var names []string
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return names
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "onramp_") {
+			names = append(names, info.Name)
+		}
+		p.Close()
+	}
+}
+
+// TestOnRampIncast runs three incasts of 8 cubic flows through a
+// 100 Mbit/s bottleneck, without On-Ramp and then with it (T = 2 ms), fq
+// on the senders in both runs. It requires what holds with a wide margin:
+// every byte delivered; the bottleneck's queueing delay above T for less
+// time with On-Ramp than without (a tenth of it or less in every run so
+// far); pauses asserted; β measured and, for every flow that measured it,
+// inside (0, 1], as the tracer shows it; and after disable, no pins, no
+// On-Ramp program left in the kernel, and the senders' fq (which the test
+// installed, not On-Ramp) still in place. The ratios the paper reports
+// belong to the bench (ccload bench --scenario onramp).
+func TestOnRampIncast(t *testing.T) {
+	testutil.RequireRoot(t)
+	host := testutil.Host(t)
+	d := testnet.NewDumbbell(t, testbed.DumbbellConfig{Senders: orFanout, BottleneckRate: orRate, BufferBytes: orBuffer})
+	recvIface, err := d.Receiver.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fq and a small GSO size on every sender, in both runs.
+	for i, s := range d.Senders {
+		err := s.Do(func() error {
+			if _, err := qdisc.EnsureFQRoot(d.SenderIfaces[i], qdisc.FQConfig{}, false); err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName(d.SenderIfaces[i])
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetGSOMaxSize(l, orGSO)
+		})
+		if errors.Is(err, qdisc.ErrNoFQ) {
+			testutil.SkipKernelLacks(t, "sch_fq")
+		}
+		if err != nil {
+			t.Fatalf("sender %d: %v", i, err)
+		}
+	}
+	// The hosts share the kernel's clock: every offset is 0.
+	var senders []netip.Addr
+	for _, s := range d.Senders {
+		senders = append(senders, s.Addr)
+	}
+	publish := func(h *testbed.Host, peers []netip.Addr) {
+		if err := h.Do(func() error { return clocksync.PublishFixed(host, peers, 0, 1000, time.Hour) }); err != nil {
+			t.Fatalf("publish clock offsets in %s: %v", h, err)
+		}
+	}
+	publish(d.Receiver, senders)
+	for _, s := range d.Senders {
+		publish(s, []netip.Addr{d.Receiver.Addr})
+	}
+	sink := testnet.StartSink(t, d.Receiver, d.Receiver.Addr)
+
+	base := runOnRampIncasts(t, d, sink, "cubic")
+
+	or := onramp.New(host)
+	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: orT, MaxPause: orMaxPause}
+	type place struct {
+		h     *testbed.Host
+		iface string
+	}
+	places := []place{{d.Receiver, recvIface}}
+	for i, s := range d.Senders {
+		places = append(places, place{s, d.SenderIfaces[i]})
+	}
+	disabled := false
+	disableAll := func() error {
+		var errs []error
+		for _, p := range places {
+			errs = append(errs, p.h.Do(func() error { _, err := or.Disable(p.iface); return err }))
+		}
+		return errors.Join(errs...)
+	}
+	t.Cleanup(func() {
+		if !disabled {
+			disableAll()
+		}
+	})
+	for _, p := range places {
+		c := cfg
+		c.Iface = p.iface
+		if err := p.h.Do(func() error { _, err := or.Enable(c); return err }); err != nil {
+			t.Fatalf("enable On-Ramp on %s %s: %v", p.h, p.iface, err)
+		}
+	}
+
+	var tr *onramp.Tracer
+	if err := d.Senders[0].Do(func() (err error) { tr, err = or.OpenTrace(d.SenderIfaces[0]); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var events []onramp.TraceEvent
+	tctx, tcancel := context.WithCancel(context.Background())
+	traced := make(chan error, 1)
+	go func() {
+		traced <- tr.Run(tctx, func(e onramp.TraceEvent) error {
+			if len(events) < 100_000 {
+				events = append(events, e)
+			}
+			return nil
+		})
+	}()
+	with := runOnRampIncasts(t, d, sink, "cubic+onramp")
+	tcancel()
+	if err := <-traced; err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+
+	var sts []onramp.Status
+	for _, s := range d.Senders {
+		var st []onramp.Status
+		if err := s.Do(func() (err error) { st, err = or.Status(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		sts = append(sts, st...)
+	}
+
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	got, err := sink.WaitResults(wctx, 2*orRounds*orFanout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range got {
+		if !r.OK {
+			t.Fatalf("a flow arrived corrupt or short: %+v", r)
+		}
+	}
+
+	var pauses, betaSamples, stale, noClock uint64
+	var betas []float64
+	for _, st := range sts {
+		pauses += st.Pauses
+		betaSamples += st.Stats["beta_samples"]
+		stale += st.Stats["stale"]
+		noClock += st.Stats["no_clock"]
+		if st.BetaFlows > 0 {
+			betas = append(betas, st.BetaP50)
+		}
+	}
+	var traceBetas []float64
+	for _, e := range events {
+		if slices.Contains(e.Flags, "beta") {
+			traceBetas = append(traceBetas, e.Beta)
+		}
+	}
+	maxOWD := time.Duration(0)
+	for _, st := range sts {
+		for _, p := range st.PeerStats {
+			maxOWD = max(maxOWD, time.Duration(p.OWDP99Ns))
+		}
+	}
+	t.Logf("%d x %d KiB incasts (cubic) x %d through %d Mbit/s, %d KiB buffer, T = %v:", orFanout, orBytes>>10, orRounds, orRate/1_000_000, orBuffer>>10, orT)
+	for _, r := range []orRun{base, with} {
+		var fct []time.Duration
+		for _, f := range r.flows {
+			fct = append(fct, f.Duration)
+		}
+		slices.Sort(fct)
+		t.Logf("  %-14s queue delay above T %v, mean %v; incast FCT p50 %v max %v; %d drops", r.name, r.aboveT().Round(time.Millisecond),
+			r.meanDelay().Round(10*time.Microsecond), fct[len(fct)/2].Round(time.Millisecond), fct[len(fct)-1].Round(time.Millisecond), r.drops())
+	}
+	t.Logf("  On-Ramp: %d pauses, %d β samples, %d stale and %d no-clock echoes, β p50 per sender %v, %d trace records (%d with β), sender OWD p99 up to %v",
+		pauses, betaSamples, stale, noClock, betas, len(events), len(traceBetas), maxOWD)
+
+	if testing.Verbose() {
+		t.Logf("  sender 0 counters: %v", sts[0].Stats)
+		for i, e := range events {
+			if i%max(1, len(events)/60) == 0 {
+				t.Logf("  trace: %s", e)
+			}
+		}
+		var line []string
+		for _, x := range with.samples {
+			if x.At >= with.starts[0] && x.At <= with.ends[0] && int(x.At/time.Millisecond)%5 == 0 {
+				line = append(line, fmt.Sprintf("%d:%d", (x.At-with.starts[0])/time.Millisecond, x.BacklogBytes/1000))
+			}
+		}
+		t.Logf("  with On-Ramp, first incast's queue (ms:KB): %s", strings.Join(line, " "))
+		line = nil
+		for _, x := range base.samples {
+			if x.At >= base.starts[0] && x.At <= base.ends[0] && int(x.At/time.Millisecond)%5 == 0 {
+				line = append(line, fmt.Sprintf("%d:%d", (x.At-base.starts[0])/time.Millisecond, x.BacklogBytes/1000))
+			}
+		}
+		t.Logf("  without, first incast's queue (ms:KB): %s", strings.Join(line, " "))
+	}
+	if pauses == 0 {
+		t.Errorf("no flow paused")
+	}
+	if a, b := with.aboveT(), base.aboveT(); a >= b {
+		t.Errorf("the queueing delay stayed above T for %v with On-Ramp, not less than the %v without", a, b)
+	}
+	if len(traceBetas) == 0 {
+		t.Errorf("the trace shows no β measurement (%d records)", len(events))
+	}
+	for _, b := range traceBetas {
+		if b <= 0 || b > 1 {
+			t.Errorf("the trace shows β = %v, outside (0, 1]", b)
+			break
+		}
+	}
+	for _, b := range betas {
+		if b <= 0 || b > 1 {
+			t.Errorf("status shows a β p50 of %v, outside (0, 1]", b)
+		}
+	}
+
+	if err := disableAll(); err != nil {
+		t.Fatalf("disable: %v", err)
+	}
+	disabled = true
+	if kernel.Exists(host.PinRoot() + "/onramp") {
+		t.Errorf("disable left %s/onramp behind", host.PinRoot())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for left := onrampProgramsAlive(); len(left) > 0; left = onrampProgramsAlive() {
+		if time.Now().After(deadline) {
+			t.Errorf("On-Ramp programs still in the kernel after disable: %v", left)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, s := range d.Senders {
+		var ok bool
+		if err := s.Do(func() (err error) { _, ok, err = qdisc.InspectFQRoot(d.SenderIfaces[i]); return err }); err != nil || !ok {
+			t.Errorf("sender %d: disable removed the fq that the test, not On-Ramp, installed (%v)", i, err)
+		}
+	}
+}
+
+// TestOnRampPauseHoldsFlow checks that pauses hold a flow, under cubic and
+// reno, with a clock that reads 30 ms more delay than the path has: the
+// receiver's clock map gives the sender an offset 30 ms off, so every echo
+// asks for a pause (up to the 20 ms maximum), and β, which measures how
+// much the delay falls per unit of pause, learns that it does not fall.
+// Such a flow must take over twice as long as the same flow with a true
+// clock, and arrive intact. With EDT a pause holds the packets that reach
+// fq after it; the ones already there (TCP small queues lets a flow keep
+// about two GSO packets in the qdisc) leave at their time, so the hold is
+// only as tight as the GSO size is small (docs/onramp.md): 8 KiB here.
+func TestOnRampPauseHoldsFlow(t *testing.T) {
+	testutil.RequireRoot(t)
+	host := testutil.Host(t)
+	d := testnet.NewDumbbell(t, testbed.DumbbellConfig{Senders: 1, BottleneckRate: orRate, BufferBytes: orBuffer})
+	s, iface := d.Senders[0], d.SenderIfaces[0]
+	recvIface, err := d.Receiver.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Do(func() error {
+		if _, err := qdisc.EnsureFQRoot(iface, qdisc.FQConfig{}, false); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(iface)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetGSOMaxSize(l, orGSO)
+	})
+	if errors.Is(err, qdisc.ErrNoFQ) {
+		testutil.SkipKernelLacks(t, "sch_fq")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(offset time.Duration) {
+		err := d.Receiver.Do(func() error {
+			return clocksync.PublishFixed(host, []netip.Addr{s.Addr}, offset, 1000, time.Hour)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := testnet.StartSink(t, d.Receiver, d.Receiver.Addr)
+	send := func(cc string, seed uint64) time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := testbed.SendFlow(ctx, s, sink.Addr, testbed.FlowConfig{CC: cc, Bytes: 2 << 20, Seed: seed, Timeout: 50 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Duration
+	}
+	or := onramp.New(host)
+	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: time.Millisecond, MaxPause: 20 * time.Millisecond}
+	for _, p := range []struct {
+		h     *testbed.Host
+		iface string
+	}{{s, iface}, {d.Receiver, recvIface}} {
+		c := cfg
+		c.Iface = p.iface
+		if err := p.h.Do(func() error { _, err := or.Enable(c); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.h.Do(func() error { _, err := or.Disable(p.iface); return err }) })
+	}
+	var lines []string
+	seed := uint64(1)
+	for _, cc := range []string{"cubic", "reno"} {
+		publish(0)
+		free := send(cc, seed)
+		publish(30 * time.Millisecond)
+		held := send(cc, seed+1)
+		seed += 2
+		lines = append(lines, fmt.Sprintf("%s: %v with a true clock, %v with one 30 ms off", cc, free.Round(time.Millisecond), held.Round(time.Millisecond)))
+		if held < 2*free {
+			t.Errorf("%s: a flow whose every echo asks for a pause took %v, not over twice the %v it takes otherwise", cc, held, free)
+		}
+	}
+	var st []onramp.Status
+	if err := s.Do(func() (err error) { st, err = or.Status(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s; %d pauses, %v paused in all", strings.Join(lines, "; "), st[0].Pauses, time.Duration(st[0].PauseSeconds*1e9).Round(time.Millisecond))
+	t.Logf("sender: %v %+v", st[0].Stats, st[0].PeerStats)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	got, err := sink.WaitResults(wctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range got {
+		if !r.OK {
+			t.Fatalf("a flow arrived corrupt or short: %+v", r)
+		}
+	}
+}

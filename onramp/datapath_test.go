@@ -1,0 +1,500 @@
+package onramp
+
+// On-Ramp's tc programs on crafted packets, run in the kernel with
+// BPF_PROG_TEST_RUN: stamps and echoes (IPv4 and IPv6, with valid
+// checksums), the receiver's one-way delay from the clock map, the
+// sender's pause arithmetic (strawman against lag compensation), β's EWMA
+// and clamps, the --max-pause clamp, an unknown peer, malformed and
+// truncated options, and departure times that never go backwards.
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/testutil"
+)
+
+// rig is one loaded On-Ramp object, as on one interface.
+type rig struct {
+	t    *testing.T
+	objs onrampObjects
+}
+
+func newRig(t *testing.T, cfg Config) *rig {
+	t.Helper()
+	testutil.RequireRoot(t)
+	cfg.Iface = "test"
+	cfg, err := cfg.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := loadOnramp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Maps[onrampMapOnrampParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: cfg.params()}}
+	r := &rig{t: t}
+	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+		t.Fatalf("load On-Ramp: %v", err)
+	}
+	t.Cleanup(func() { r.objs.Close() })
+	return r
+}
+
+// run runs prog on frame and returns the frame after it, and its
+// skb->tstamp.
+func (r *rig) run(prog *ebpf.Program, frame []byte) ([]byte, uint64) {
+	r.t.Helper()
+	ctx := make([]byte, testutil.SkbCtxSize)
+	ctxOut := make([]byte, testutil.SkbCtxSize)
+	out := make([]byte, len(frame)+64)
+	ret, err := prog.Run(&ebpf.RunOptions{Data: frame, DataOut: out, Context: ctx, ContextOut: ctxOut})
+	if err != nil {
+		r.t.Fatalf("run %v: %v", prog, err)
+	}
+	if ret != 0 {
+		r.t.Fatalf("verdict %d, want TC_ACT_OK: On-Ramp never drops", ret)
+	}
+	return out[:len(frame)], binary.LittleEndian.Uint64(ctxOut[testutil.SkbTstampOff:])
+}
+
+func (r *rig) stat(name string) uint64 {
+	r.t.Helper()
+	sums, err := sumStats(r.objs.OnrampStats)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for i, n := range statNames {
+		if n == name {
+			return sums[i]
+		}
+	}
+	r.t.Fatalf("no counter %q", name)
+	return 0
+}
+
+func (r *rig) flow(k onrampOnrampFlowKey) onrampOnrampFlow {
+	r.t.Helper()
+	var f onrampOnrampFlow
+	if err := r.objs.OnrampFlows.Lookup(k, &f); err != nil {
+		r.t.Fatalf("flow %s: %v", flowString(k), err)
+	}
+	return f
+}
+
+func (r *rig) setFlow(k onrampOnrampFlowKey, f onrampOnrampFlow) {
+	r.t.Helper()
+	if err := r.objs.OnrampFlows.Put(k, f); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// putClock publishes peer's offset (peer's clock minus ours) in the rig's
+// clock map, valid for a minute.
+func (r *rig) putClock(peer netip.Addr, offset int64, errNs uint32) {
+	r.t.Helper()
+	now := taiNow(r.t)
+	v := onrampClockOffset{OffsetNs: offset, RefNs: now, ErrorNs: errNs, UpdatedNs: now, ValidUntilNs: now + uint64(time.Minute)}
+	if err := r.objs.ClockOffsets.Put(onrampClockPeer{Addr: peer.As16()}, v); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func taiNow(t *testing.T) uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_TAI, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(ts.Nano())
+}
+
+// A connection between two hosts, in both address families.
+type conn struct {
+	name       string
+	sender     netip.Addr
+	receiver   netip.Addr
+	sport, rpt uint16
+}
+
+var conns = []conn{
+	{"IPv4", netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.19.0.2"), 40000, 5201},
+	{"IPv6", netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00:1::2"), 40001, 5201},
+}
+
+// segment builds a frame from a to b with TCP timestamps and one option.
+func segment(a, b netip.Addr, sport, dport uint16, opt []byte, payload int) []byte {
+	opts := append([]byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}, opt...)
+	s := testutil.TCPSegment{Sport: sport, Dport: dport, Seq: 1000, Ack: 2000, Flags: 0x10, Window: 512,
+		Options: opts, Payload: payload}
+	if a.Is4() {
+		s.Src, s.Dst = a.As4(), b.As4()
+		return s.Ethernet()
+	}
+	return s.EthernetIPv6(a.As16(), b.As16())
+}
+
+// data is a data segment of c from the sender; ack a pure ACK of c from
+// the receiver.
+func (c conn) data(opt []byte) []byte {
+	return segment(c.sender, c.receiver, c.sport, c.rpt, opt, 1000)
+}
+func (c conn) ack(opt []byte) []byte { return segment(c.receiver, c.sender, c.rpt, c.sport, opt, 0) }
+
+// key is c's flow as a host of it sees it.
+func (c conn) key(atSender bool) onrampOnrampFlowKey {
+	local, remote, lp, rp := c.sender, c.receiver, c.sport, c.rpt
+	if !atSender {
+		local, remote, lp, rp = c.receiver, c.sender, c.rpt, c.sport
+	}
+	var k onrampOnrampFlowKey
+	words := func(a netip.Addr) (w [4]uint32) {
+		b := a.As16()
+		if a.Is4() {
+			b4 := a.As4()
+			w[0] = binary.NativeEndian.Uint32(b4[:])
+			return w
+		}
+		for i := range w {
+			w[i] = binary.NativeEndian.Uint32(b[4*i:])
+		}
+		return w
+	}
+	k.Local, k.Remote = words(local), words(remote)
+	swap := func(p uint16) uint16 { return p>>8 | p<<8 }
+	k.Lport, k.Rport = swap(lp), swap(rp)
+	if local.Is6() {
+		k.V6 = 1
+	}
+	return k
+}
+
+func pad(n int) []byte {
+	b, err := Option{ExID: ExIDPad, PadLen: n}.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func echoOpt(owd int32, tx, pause uint32) []byte {
+	b, err := Option{ExID: ExIDEcho, Echo: Echo{OWDNs: owd, TxNs: tx, PauseNs: pause}}.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func stampOpt(tx, pause uint32) []byte {
+	b, err := Option{ExID: ExIDStamp, Stamp: Stamp{TxNs: tx, PauseNs: pause}}.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// optionOf finds On-Ramp's option in a frame, and checks its TCP checksum.
+func optionOf(t *testing.T, frame []byte) Option {
+	t.Helper()
+	l4 := 14 + 20
+	if binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
+		l4 = 14 + 40
+	}
+	doff := int(frame[l4+12]>>4) * 4
+	opt, ok, err := FindOption(frame[l4+20 : l4+doff])
+	if err != nil || !ok {
+		t.Fatalf("no On-Ramp option in the frame: %v", err)
+	}
+	if !tcpChecksumOK(frame, l4) {
+		t.Errorf("the TCP checksum is wrong after the rewrite")
+	}
+	return opt
+}
+
+// tcpChecksumOK verifies the TCP checksum of a frame from testutil.
+func tcpChecksumOK(frame []byte, l4 int) bool {
+	seg := frame[l4:]
+	var sum uint32
+	if l4 == 14+20 {
+		sum = uint32(binary.BigEndian.Uint16(frame[14+12:])) + uint32(binary.BigEndian.Uint16(frame[14+14:])) +
+			uint32(binary.BigEndian.Uint16(frame[14+16:])) + uint32(binary.BigEndian.Uint16(frame[14+18:]))
+	} else {
+		for i := 14 + 8; i < 14+40; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(frame[i:]))
+		}
+	}
+	sum += 6 + uint32(len(seg))
+	return testutil.Checksum(seg, sum) == 0
+}
+
+// TestStampAndEcho follows one connection through the data path: the
+// sender's egress stamps the data segment's PAD, the receiver's ingress
+// computes the one-way delay with the clock map's offset, and its egress
+// echoes it once on a pure ACK.
+func TestStampAndEcho(t *testing.T) {
+	for _, c := range conns {
+		t.Run(c.name, func(t *testing.T) {
+			snd, rcv := newRig(t, Config{}), newRig(t, Config{})
+			const offset = 1_500_000 // the sender's clock is 1.5 ms ahead
+			rcv.putClock(c.sender, offset, 200)
+
+			before := taiNow(t)
+			out, _ := snd.run(snd.objs.OnrampEgress, c.data(pad(StampLen)))
+			after := taiNow(t)
+			st := optionOf(t, out)
+			if st.ExID != ExIDStamp {
+				t.Fatalf("egress wrote %v on a data segment, want a stamp", st)
+			}
+			if d := TxDelta(st.Stamp.TxNs, uint32(before)); d > uint32(after-before) {
+				t.Errorf("stamp tx %d is not between %d and %d (mod 2^32)", st.Stamp.TxNs, uint32(before), uint32(after))
+			}
+			if snd.stat("stamped") != 1 {
+				t.Errorf("stamped = %d, want 1", snd.stat("stamped"))
+			}
+
+			// The receiver sees the stamp as if the path took 30 µs and
+			// the sender's clock read offset more.
+			tx := uint32(taiNow(t) - 30_000 + offset)
+			rcv.run(rcv.objs.OnrampIngress, c.data(stampOpt(tx, 777)))
+			f := rcv.flow(c.key(false))
+			if f.RxFresh != 1 || f.RxTx != tx || f.RxPause != 777 {
+				t.Fatalf("receiver state %+v: want the stamp kept, fresh", f)
+			}
+			if f.RxOwd < 30_000 || f.RxOwd > 30_000+int32(time.Second) {
+				t.Errorf("one-way delay %d ns, want 30 µs plus the test's own delay", f.RxOwd)
+			}
+
+			out, _ = rcv.run(rcv.objs.OnrampEgress, c.ack(pad(EchoLen)))
+			e := optionOf(t, out)
+			if e.ExID != ExIDEcho || e.Echo.OWDNs != f.RxOwd || e.Echo.TxNs != tx || e.Echo.PauseNs != 777 {
+				t.Fatalf("egress wrote %v on the ACK, want an echo of owd %d tx %d pause 777", e, f.RxOwd, tx)
+			}
+			// Echoed once: the next ACK keeps its PAD.
+			out, _ = rcv.run(rcv.objs.OnrampEgress, c.ack(pad(EchoLen)))
+			if o := optionOf(t, out); o.ExID != ExIDPad {
+				t.Errorf("second ACK carries %v, want the PAD left alone", o)
+			}
+			if rcv.stat("echoed") != 1 || rcv.stat("echo_empty") != 1 {
+				t.Errorf("echoed %d, echo_empty %d; want 1 and 1", rcv.stat("echoed"), rcv.stat("echo_empty"))
+			}
+		})
+	}
+}
+
+// TestUnknownPeer: a receiver without a clock offset for the sender echoes
+// "no clock", and the sender counts it and never pauses for it.
+func TestUnknownPeer(t *testing.T) {
+	c := conns[0]
+	snd, rcv := newRig(t, Config{Threshold: time.Microsecond}), newRig(t, Config{})
+	rcv.run(rcv.objs.OnrampIngress, c.data(stampOpt(uint32(taiNow(t)-50_000_000), 0)))
+	out, _ := rcv.run(rcv.objs.OnrampEgress, c.ack(pad(EchoLen)))
+	if e := optionOf(t, out); e.ExID != ExIDEcho || !e.Echo.NoClock() {
+		t.Fatalf("echo %v, want one that says no clock", e)
+	}
+	if rcv.stat("rx_no_clock") != 1 {
+		t.Errorf("rx_no_clock = %d, want 1", rcv.stat("rx_no_clock"))
+	}
+	snd.run(snd.objs.OnrampEgress, c.data(pad(StampLen)))
+	snd.run(snd.objs.OnrampIngress, out)
+	f := snd.flow(c.key(true))
+	if f.T_next != 0 || f.Pauses != 0 {
+		t.Errorf("flow paused (t_next %d, pauses %d) on an echo without a clock", f.T_next, f.Pauses)
+	}
+	if snd.stat("no_clock") != 1 {
+		t.Errorf("no_clock = %d, want 1", snd.stat("no_clock"))
+	}
+}
+
+// echoAt builds the ACK that echoes a packet sent rtt ago with one-way
+// delay owd and cumulative pause pause at its departure.
+func echoAt(t *testing.T, c conn, owd time.Duration, rtt time.Duration, pause uint32) []byte {
+	tx := uint32(taiNow(t) - uint64(rtt))
+	return c.ack(echoOpt(int32(owd), tx, pause))
+}
+
+// pauseOf runs one echo on a flow in state f and returns the bounds of the
+// pause it asserted: t_next is the program's now plus the pause, and its
+// now lies between two readings taken around the run. Both are 0 when
+// the flow was not paused.
+func pauseOf(t *testing.T, r *rig, c conn, f onrampOnrampFlow, owd time.Duration, pause uint32) (lo, hi time.Duration, _ onrampOnrampFlow) {
+	t.Helper()
+	r.setFlow(c.key(true), f)
+	ack := echoAt(t, c, owd, owd+20*time.Microsecond, pause)
+	before := monoNow()
+	r.run(r.objs.OnrampIngress, ack)
+	after := monoNow()
+	got := r.flow(c.key(true))
+	if got.T_next <= after || got.T_next == f.T_next {
+		return 0, 0, got
+	}
+	return time.Duration(got.T_next - after), time.Duration(got.T_next - before), got
+}
+
+// TestPauseArithmetic checks §3.2's rule against §3.1's strawman: with P
+// pause asserted since the echoed packet left, lag compensation pauses
+// O - T - β·P, the strawman O - T.
+func TestPauseArithmetic(t *testing.T) {
+	const T = 100 * time.Microsecond
+	c := conns[0]
+	half := onrampOnrampFlow{Beta: fpOne / 2, PauseTotal: 600_000} // P = 600 µs since the echoed packet (pause 0)
+	tests := []struct {
+		name     string
+		strawman bool
+		flow     onrampOnrampFlow
+		owd      time.Duration
+		want     time.Duration // 0: no pause
+	}{
+		{"below the threshold", false, onrampOnrampFlow{Beta: fpOne}, 90 * time.Microsecond, 0},
+		{"above, nothing paused since", false, onrampOnrampFlow{Beta: fpOne}, 700 * time.Microsecond, 600 * time.Microsecond},
+		{"lag compensation, beta 1/2", false, half, 700 * time.Microsecond, 300 * time.Microsecond},
+		{"strawman ignores the earlier pause", true, half, 700 * time.Microsecond, 600 * time.Microsecond},
+		{"compensation covers the excess", false, onrampOnrampFlow{Beta: fpOne, PauseTotal: 600_000}, 700 * time.Microsecond, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, Config{Threshold: T, Strawman: tt.strawman})
+			lo, hi, _ := pauseOf(t, r, c, tt.flow, tt.owd, 0)
+			if tt.want == 0 && hi != 0 {
+				t.Errorf("paused %v to %v, want no pause", lo, hi)
+			}
+			if tt.want > 0 && (tt.want < lo || tt.want > hi) {
+				t.Errorf("paused between %v and %v, want %v", lo, hi, tt.want)
+			}
+		})
+	}
+}
+
+// TestMaxPauseClamp: a huge one-way delay (a broken clock, a forged
+// option) pauses the flow for --max-pause at most.
+func TestMaxPauseClamp(t *testing.T) {
+	c := conns[0]
+	r := newRig(t, Config{Threshold: 50 * time.Microsecond, MaxPause: 300 * time.Microsecond})
+	lo, hi, f := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne}, 900*time.Millisecond, 0)
+	if want := 300 * time.Microsecond; want < lo || want > hi {
+		t.Errorf("paused between %v and %v for a 900 ms delay, want the 300µs maximum", lo, hi)
+	}
+	if r.stat("clamped") != 1 || f.Pauses != 1 {
+		t.Errorf("clamped = %d, pauses = %d; want 1 and 1", r.stat("clamped"), f.Pauses)
+	}
+}
+
+// TestBetaEWMA: β moves by the gain toward each measurement β_m =
+// (O_B - O_G)/P_BG, clamped to [0, 1], and only when P_BG > 0.
+func TestBetaEWMA(t *testing.T) {
+	c := conns[0]
+	const gain = 1.0 / 4
+	tests := []struct {
+		name      string
+		prevOWD   time.Duration
+		owd       time.Duration
+		pBG       uint32 // pause between the two packets' departures
+		wantBeta  float64
+		wantCount uint64
+	}{
+		{"measured 1/2", 500 * time.Microsecond, 400 * time.Microsecond, 200_000, 0.5 + gain*(0.5-0.5), 1},
+		{"measured 1", 500 * time.Microsecond, 300 * time.Microsecond, 200_000, 0.5 + gain*(1-0.5), 1},
+		{"clamped to 1", 900 * time.Microsecond, 100 * time.Microsecond, 200_000, 0.5 + gain*(1-0.5), 1},
+		{"clamped to 0: the delay grew", 100 * time.Microsecond, 300 * time.Microsecond, 200_000, 0.5 + gain*(0-0.5), 1},
+		{"no pause between: no measurement", 500 * time.Microsecond, 100 * time.Microsecond, 0, 0.5, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, Config{Threshold: time.Second, Gain: gain})
+			f := onrampOnrampFlow{Beta: fpOne / 2, HavePrev: 1, PrevOwd: int32(tt.prevOWD), PrevPause: 1000, PrevTx: 1}
+			_, _, got := pauseOf(t, r, c, f, tt.owd, 1000+tt.pBG)
+			if b := float64(got.Beta) / fpOne; b < tt.wantBeta-0.001 || b > tt.wantBeta+0.001 {
+				t.Errorf("beta %.4f, want %.4f", b, tt.wantBeta)
+			}
+			if n := r.stat("beta_samples"); n != tt.wantCount {
+				t.Errorf("beta_samples = %d, want %d", n, tt.wantCount)
+			}
+		})
+	}
+}
+
+// TestStaleAndRepeatedEchoes: an echo whose sample the receiver took more
+// than one RTT ago, or one already used, moves nothing.
+func TestStaleAndRepeatedEchoes(t *testing.T) {
+	c := conns[0]
+	r := newRig(t, Config{Threshold: 10 * time.Microsecond})
+	k := c.key(true)
+	// A flow whose RTT is 100 µs; the sample is 5 ms old.
+	r.setFlow(k, onrampOnrampFlow{Beta: fpOne, SrttNs: 100_000})
+	r.run(r.objs.OnrampIngress, echoAt(t, c, 200*time.Microsecond, 5*time.Millisecond, 0))
+	if f := r.flow(k); f.T_next != 0 || r.stat("stale") != 1 {
+		t.Errorf("a stale sample paused the flow (t_next %d) or was not counted (stale %d)", f.T_next, r.stat("stale"))
+	}
+	// The same sample twice: only the first counts.
+	r.setFlow(k, onrampOnrampFlow{Beta: fpOne})
+	ack := echoAt(t, c, 200*time.Microsecond, 220*time.Microsecond, 0)
+	r.run(r.objs.OnrampIngress, ack)
+	first := r.flow(k)
+	r.run(r.objs.OnrampIngress, ack)
+	if again := r.flow(k); again.Pauses != first.Pauses || again.Samples != first.Samples {
+		t.Errorf("a repeated echo was used again: %d pauses, %d samples after, %d and %d before",
+			again.Pauses, again.Samples, first.Pauses, first.Samples)
+	}
+}
+
+// TestMalformedOptions: options of ours with a wrong length are counted
+// and not used; a truncated options area is ignored; neither is fatal.
+func TestMalformedOptions(t *testing.T) {
+	c := conns[0]
+	r := newRig(t, Config{Threshold: time.Microsecond})
+	k := c.key(true)
+	r.setFlow(k, onrampOnrampFlow{Beta: fpOne})
+
+	// An echo with a stamp's length, and a stamp with an echo's.
+	shortEcho := echoOpt(int32(time.Millisecond), uint32(taiNow(t)), 0)[:StampLen]
+	shortEcho[1] = StampLen
+	longStamp := append(stampOpt(1, 2), 0, 0, 0, 0)
+	longStamp[1] = EchoLen
+	for _, frame := range [][]byte{c.ack(shortEcho), c.data(longStamp)} {
+		r.run(r.objs.OnrampIngress, frame)
+	}
+	if n := r.stat("malformed"); n != 2 {
+		t.Errorf("malformed = %d, want 2", n)
+	}
+	// A truncated option: its length runs past the options area.
+	trunc := echoOpt(int32(time.Millisecond), uint32(taiNow(t)), 0)
+	trunc[1] = 40
+	r.run(r.objs.OnrampIngress, c.ack(trunc))
+	if f := r.flow(k); f.T_next != 0 || f.Samples != 0 {
+		t.Errorf("a malformed or truncated echo was used: %+v", f)
+	}
+	if n := r.stat("echoes"); n != 0 {
+		t.Errorf("echoes = %d, want 0", n)
+	}
+}
+
+// TestDepartureNeverGoesBackwards: while a flow is paused its packets get
+// the pause's end as departure time, and a later, shorter t_next never
+// gives a packet an earlier departure than the one before.
+func TestDepartureNeverGoesBackwards(t *testing.T) {
+	for _, c := range conns {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, Config{})
+			k := c.key(true)
+			until := monoNow() + uint64(50*time.Millisecond)
+			r.setFlow(k, onrampOnrampFlow{Beta: fpOne, T_next: until})
+			_, first := r.run(r.objs.OnrampEgress, c.data(pad(StampLen)))
+			if first != until {
+				t.Fatalf("departure %d, want the pause's end %d", first, until)
+			}
+			f := r.flow(k)
+			f.T_next = monoNow() + uint64(time.Millisecond) // shorter
+			r.setFlow(k, f)
+			_, second := r.run(r.objs.OnrampEgress, c.data(pad(StampLen)))
+			if second < first {
+				t.Errorf("departure went backwards: %d after %d", second, first)
+			}
+			if r.stat("delayed") != 2 {
+				t.Errorf("delayed = %d, want 2", r.stat("delayed"))
+			}
+		})
+	}
+}
