@@ -373,3 +373,34 @@ func PublishFixed(host kernel.Host, peers []netip.Addr, offset time.Duration, er
 	}
 	return nil
 }
+
+// RemoveIfIdle removes the clock map of the calling thread's network
+// namespace when no agent runs there (none holds its lock). On-Ramp calls
+// it when its last interface in the namespace goes, so that a map it
+// created for itself does not outlive it; an agent that starts later
+// creates a new one. It reports whether it removed the map.
+func RemoveIfIdle(host kernel.Host) (bool, error) {
+	dir, err := Dir(host)
+	if err != nil {
+		return false, err
+	}
+	lock, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, nil // an agent runs
+		}
+		return false, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return false, fmt.Errorf("remove the clock map %s: %w", dir, err)
+	}
+	_ = os.Remove(filepath.Dir(dir)) // once empty
+	return true, nil
+}

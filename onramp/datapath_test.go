@@ -25,24 +25,54 @@ type rig struct {
 	objs onrampObjects
 }
 
-func newRig(t *testing.T, cfg Config) *rig {
+func newRig(t *testing.T) *rig {
 	t.Helper()
 	testutil.RequireRoot(t)
-	cfg.Iface = "test"
-	cfg, err := cfg.check()
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec, err := loadOnramp()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Maps[onrampMapOnrampParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: cfg.params()}}
 	r := &rig{t: t}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		t.Fatalf("load On-Ramp: %v", err)
 	}
 	t.Cleanup(func() { r.objs.Close() })
+	return r
+}
+
+// use hands the rig to test t with parameters cfg and empty maps: loading
+// the object is what costs (seconds in a TCG guest), so one rig serves
+// every case.
+func (r *rig) use(t *testing.T, cfg Config) *rig {
+	t.Helper()
+	r.t = t
+	cfg.Iface = "test"
+	cfg, err := cfg.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.objs.OnrampParams.Put(uint32(0), cfg.params()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*ebpf.Map{r.objs.OnrampFlows, r.objs.OnrampPeers, r.objs.ClockOffsets} {
+		var keys [][]byte
+		for k, err := m.NextKeyBytes(nil); err == nil && k != nil; k, err = m.NextKeyBytes(k) {
+			keys = append(keys, k)
+		}
+		for _, k := range keys {
+			_ = m.Delete(k)
+		}
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := make([]uint64, ncpu)
+	for i := range statNames {
+		if err := r.objs.OnrampStats.Put(uint32(i), zero); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return r
 }
 
@@ -231,14 +261,31 @@ func tcpChecksumOK(frame []byte, l4 int) bool {
 	return testutil.Checksum(seg, sum) == 0
 }
 
-// TestStampAndEcho follows one connection through the data path: the
+// TestDataPath runs every case on one loaded object.
+func TestDataPath(t *testing.T) {
+	rg := newRig(t)
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, *rig)
+	}{
+		{"StampAndEcho", testStampAndEcho}, {"UnknownPeer", testUnknownPeer},
+		{"PauseArithmetic", testPauseArithmetic}, {"MaxPauseClamp", testMaxPauseClamp},
+		{"BetaEWMA", testBetaEWMA}, {"StaleAndRepeatedEchoes", testStaleAndRepeatedEchoes},
+		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
+	}
+}
+
+// testStampAndEcho follows one connection through the data path: the
 // sender's egress stamps the data segment's PAD, the receiver's ingress
 // computes the one-way delay with the clock map's offset, and its egress
 // echoes it once on a pure ACK.
-func TestStampAndEcho(t *testing.T) {
+func testStampAndEcho(t *testing.T, rg *rig) {
 	for _, c := range conns {
 		t.Run(c.name, func(t *testing.T) {
-			snd, rcv := newRig(t, Config{}), newRig(t, Config{})
+			snd := rg.use(t, Config{})
+			rcv := snd
 			const offset = 1_500_000 // the sender's clock is 1.5 ms ahead
 			rcv.putClock(c.sender, offset, 200)
 
@@ -285,11 +332,12 @@ func TestStampAndEcho(t *testing.T) {
 	}
 }
 
-// TestUnknownPeer: a receiver without a clock offset for the sender echoes
+// testUnknownPeer: a receiver without a clock offset for the sender echoes
 // "no clock", and the sender counts it and never pauses for it.
-func TestUnknownPeer(t *testing.T) {
+func testUnknownPeer(t *testing.T, rg *rig) {
 	c := conns[0]
-	snd, rcv := newRig(t, Config{Threshold: time.Microsecond}), newRig(t, Config{})
+	snd := rg.use(t, Config{Threshold: time.Microsecond})
+	rcv := snd
 	rcv.run(rcv.objs.OnrampIngress, c.data(stampOpt(uint32(taiNow(t)-50_000_000), 0)))
 	out, _ := rcv.run(rcv.objs.OnrampEgress, c.ack(pad(EchoLen)))
 	if e := optionOf(t, out); e.ExID != ExIDEcho || !e.Echo.NoClock() {
@@ -318,9 +366,10 @@ func echoAt(t *testing.T, c conn, owd time.Duration, rtt time.Duration, pause ui
 
 // pauseOf runs one echo on a flow in state f and returns the bounds of the
 // pause it asserted: t_next is the program's now plus the pause, and its
-// now lies between two readings taken around the run. Both are 0 when
-// the flow was not paused.
-func pauseOf(t *testing.T, r *rig, c conn, f onrampOnrampFlow, owd time.Duration, pause uint32) (lo, hi time.Duration, _ onrampOnrampFlow) {
+// now lies between two readings taken around the run (the lower bound is
+// negative when the run took longer than the pause, as in a slow guest).
+// paused is false when t_next did not move.
+func pauseOf(t *testing.T, r *rig, c conn, f onrampOnrampFlow, owd time.Duration, pause uint32) (lo, hi time.Duration, paused bool, _ onrampOnrampFlow) {
 	t.Helper()
 	r.setFlow(c.key(true), f)
 	ack := echoAt(t, c, owd, owd+20*time.Microsecond, pause)
@@ -328,16 +377,16 @@ func pauseOf(t *testing.T, r *rig, c conn, f onrampOnrampFlow, owd time.Duration
 	r.run(r.objs.OnrampIngress, ack)
 	after := monoNow()
 	got := r.flow(c.key(true))
-	if got.T_next <= after || got.T_next == f.T_next {
-		return 0, 0, got
+	if got.T_next == f.T_next {
+		return 0, 0, false, got
 	}
-	return time.Duration(got.T_next - after), time.Duration(got.T_next - before), got
+	return time.Duration(int64(got.T_next) - int64(after)), time.Duration(int64(got.T_next) - int64(before)), true, got
 }
 
-// TestPauseArithmetic checks §3.2's rule against §3.1's strawman: with P
+// testPauseArithmetic checks §3.2's rule against §3.1's strawman: with P
 // pause asserted since the echoed packet left, lag compensation pauses
 // O - T - β·P, the strawman O - T.
-func TestPauseArithmetic(t *testing.T) {
+func testPauseArithmetic(t *testing.T, rg *rig) {
 	const T = 100 * time.Microsecond
 	c := conns[0]
 	half := onrampOnrampFlow{Beta: fpOne / 2, PauseTotal: 600_000} // P = 600 µs since the echoed packet (pause 0)
@@ -356,25 +405,25 @@ func TestPauseArithmetic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, Config{Threshold: T, Strawman: tt.strawman})
-			lo, hi, _ := pauseOf(t, r, c, tt.flow, tt.owd, 0)
-			if tt.want == 0 && hi != 0 {
+			r := rg.use(t, Config{Threshold: T, Strawman: tt.strawman})
+			lo, hi, paused, _ := pauseOf(t, r, c, tt.flow, tt.owd, 0)
+			if tt.want == 0 && paused {
 				t.Errorf("paused %v to %v, want no pause", lo, hi)
 			}
-			if tt.want > 0 && (tt.want < lo || tt.want > hi) {
+			if tt.want > 0 && (!paused || tt.want < lo || tt.want > hi) {
 				t.Errorf("paused between %v and %v, want %v", lo, hi, tt.want)
 			}
 		})
 	}
 }
 
-// TestMaxPauseClamp: a huge one-way delay (a broken clock, a forged
+// testMaxPauseClamp: a huge one-way delay (a broken clock, a forged
 // option) pauses the flow for --max-pause at most.
-func TestMaxPauseClamp(t *testing.T) {
+func testMaxPauseClamp(t *testing.T, rg *rig) {
 	c := conns[0]
-	r := newRig(t, Config{Threshold: 50 * time.Microsecond, MaxPause: 300 * time.Microsecond})
-	lo, hi, f := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne}, 900*time.Millisecond, 0)
-	if want := 300 * time.Microsecond; want < lo || want > hi {
+	r := rg.use(t, Config{Threshold: 50 * time.Microsecond, MaxPause: 300 * time.Microsecond})
+	lo, hi, paused, f := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne}, 900*time.Millisecond, 0)
+	if want := 300 * time.Microsecond; !paused || want < lo || want > hi {
 		t.Errorf("paused between %v and %v for a 900 ms delay, want the 300µs maximum", lo, hi)
 	}
 	if r.stat("clamped") != 1 || f.Pauses != 1 {
@@ -382,9 +431,9 @@ func TestMaxPauseClamp(t *testing.T) {
 	}
 }
 
-// TestBetaEWMA: β moves by the gain toward each measurement β_m =
+// testBetaEWMA: β moves by the gain toward each measurement β_m =
 // (O_B - O_G)/P_BG, clamped to [0, 1], and only when P_BG > 0.
-func TestBetaEWMA(t *testing.T) {
+func testBetaEWMA(t *testing.T, rg *rig) {
 	c := conns[0]
 	const gain = 1.0 / 4
 	tests := []struct {
@@ -403,9 +452,9 @@ func TestBetaEWMA(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, Config{Threshold: time.Second, Gain: gain})
+			r := rg.use(t, Config{Threshold: time.Second, Gain: gain})
 			f := onrampOnrampFlow{Beta: fpOne / 2, HavePrev: 1, PrevOwd: int32(tt.prevOWD), PrevPause: 1000, PrevTx: 1}
-			_, _, got := pauseOf(t, r, c, f, tt.owd, 1000+tt.pBG)
+			_, _, _, got := pauseOf(t, r, c, f, tt.owd, 1000+tt.pBG)
 			if b := float64(got.Beta) / fpOne; b < tt.wantBeta-0.001 || b > tt.wantBeta+0.001 {
 				t.Errorf("beta %.4f, want %.4f", b, tt.wantBeta)
 			}
@@ -416,11 +465,11 @@ func TestBetaEWMA(t *testing.T) {
 	}
 }
 
-// TestStaleAndRepeatedEchoes: an echo whose sample the receiver took more
+// testStaleAndRepeatedEchoes: an echo whose sample the receiver took more
 // than one RTT ago, or one already used, moves nothing.
-func TestStaleAndRepeatedEchoes(t *testing.T) {
+func testStaleAndRepeatedEchoes(t *testing.T, rg *rig) {
 	c := conns[0]
-	r := newRig(t, Config{Threshold: 10 * time.Microsecond})
+	r := rg.use(t, Config{Threshold: 10 * time.Microsecond})
 	k := c.key(true)
 	// A flow whose RTT is 100 µs; the sample is 5 ms old.
 	r.setFlow(k, onrampOnrampFlow{Beta: fpOne, SrttNs: 100_000})
@@ -440,11 +489,11 @@ func TestStaleAndRepeatedEchoes(t *testing.T) {
 	}
 }
 
-// TestMalformedOptions: options of ours with a wrong length are counted
+// testMalformedOptions: options of ours with a wrong length are counted
 // and not used; a truncated options area is ignored; neither is fatal.
-func TestMalformedOptions(t *testing.T) {
+func testMalformedOptions(t *testing.T, rg *rig) {
 	c := conns[0]
-	r := newRig(t, Config{Threshold: time.Microsecond})
+	r := rg.use(t, Config{Threshold: time.Microsecond})
 	k := c.key(true)
 	r.setFlow(k, onrampOnrampFlow{Beta: fpOne})
 
@@ -471,13 +520,13 @@ func TestMalformedOptions(t *testing.T) {
 	}
 }
 
-// TestDepartureNeverGoesBackwards: while a flow is paused its packets get
+// testDepartureNeverGoesBackwards: while a flow is paused its packets get
 // the pause's end as departure time, and a later, shorter t_next never
 // gives a packet an earlier departure than the one before.
-func TestDepartureNeverGoesBackwards(t *testing.T) {
+func testDepartureNeverGoesBackwards(t *testing.T, rg *rig) {
 	for _, c := range conns {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t, Config{})
+			r := rg.use(t, Config{})
 			k := c.key(true)
 			until := monoNow() + uint64(50*time.Millisecond)
 			r.setFlow(k, onrampOnrampFlow{Beta: fpOne, T_next: until})

@@ -361,6 +361,13 @@ func (o *OnRamp) remove(k pin.IfaceKey) error {
 		}
 	}
 	err := errors.Join(qerr, o.releaseSockops(k.String()))
+	// The last interface of the namespace takes the clock map with it
+	// unless an agent runs: Enable may have created it.
+	if left, lerr := o.instances("", -1, k.Netns); lerr == nil && len(left) == 0 {
+		if _, cerr := clocksync.RemoveIfIdle(o.host); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}
 	_ = os.Remove(o.root()) // once empty: the last interface is gone
 	return err
 }

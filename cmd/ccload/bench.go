@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ccload/ccload/bench"
+	"github.com/ccload/ccload/internal/units"
 )
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -21,6 +22,8 @@ func newBenchCmd(a *app) *cobra.Command {
 		asJSON        bool
 		controlRuns   int
 		clockCfg      bench.ClockConfig
+		orCfg         bench.OnRampConfig
+		gso           string
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
@@ -69,6 +72,18 @@ Scenarios:
              published offsets, the agents' direct fits, the NTP-style
              midpoint of the same probes and ptp4l (software timestamps,
              unicast, free running) in the same run, and the drift error
+  onramp     On-Ramp (ccload onramp) under each CC: Poisson requests, each
+             asking --fanout servers (default 16) for --incast-size at once,
+             at --incast-load, over web-search flows at --load (default 0.4)
+             from --senders background senders and one long flow; each CC
+             once without and once with On-Ramp (--onramp-threshold,
+             --onramp-max-pause) per repeat, fq and GSO --gso on every
+             sender in both. Reports request completion times, background
+             FCTs, the long flow's throughput, the queue and On-Ramp's
+             pauses, and the ratios without/with. Its own defaults: --cc
+             cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
+             256KiB, --ecn-threshold 20KB, 15s per run, queue sampled every
+             1ms. It needs sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
 
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
 CCs are attached for the run if they are not attached yet, and INT is
@@ -88,13 +103,17 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
   ccload bench --scenario all --quick --out /tmp/smoke
   ccload bench --scenario clock --out results/clock
   ccload bench --schema > results.schema.json
-  ccload bench --scenario clock --schema > clock.schema.json`,
+  ccload bench --scenario clock --schema > clock.schema.json
+  ccload bench --scenario onramp --repeat 3 --out results/onramp`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if c.Flags().Changed("schema") {
 				schema := bench.Schema()
-				if scenario == bench.ScenarioClock {
+				switch scenario {
+				case bench.ScenarioClock:
 					schema = bench.ClockSchema()
+				case bench.ScenarioOnRamp:
+					schema = bench.OnRampSchema()
 				}
 				_, err := a.out.Write(schema)
 				return err
@@ -103,6 +122,9 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				clockCfg.Duration, clockCfg.Quick, clockCfg.Seed = cfg.Duration, cfg.Quick, cfg.Seed
 				clockCfg.Command = strings.Join(os.Args, " ")
 				return a.runClockBench(c, clockCfg, sizes, out, asJSON)
+			}
+			if scenario == bench.ScenarioOnRamp {
+				return a.runOnRampBench(c, orCfg, cfg, ccs, sizes, gso, out, asJSON)
 			}
 			scenarios, err := bench.ScenariosFor(scenario)
 			if err != nil {
@@ -147,7 +169,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&scenario, "scenario", "", "longflow, incast, websearch, fairness, all, or clock")
+	f.StringVar(&scenario, "scenario", "", "longflow, incast, websearch, fairness, all, clock, or onramp")
 	f.Float64SliceVar(&clockCfg.Loads, "clock-loads", bench.DefaultClockLoads(), "clock: the cross traffic's loads, one run each")
 	f.DurationVar(&clockCfg.Window, "window", 0, "clock: the agents' estimation window (default 2s; 500ms with --quick)")
 	f.IntVar(&clockCfg.Agents, "agents", 0, "clock: clock agents, one on the receiver and the rest on senders (default 5)")
@@ -170,8 +192,12 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.IntVar(&cfg.Repeat, "repeat", 1, fmt.Sprintf("runs per CC, interleaved, reported as median and range (1 to %d)", bench.MaxRepeat))
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "queue sampling interval")
 	f.IntVar(&controlRuns, "control-plane-runs", 15, fmt.Sprintf("time attach, set and detach of theta_powertcp as processes this many times each, before the scenarios (0 to skip; at most %d)", bench.MaxControlPlaneRuns))
+	f.DurationVar(&orCfg.Threshold, "onramp-threshold", bench.DefaultOnRampThreshold, "onramp: On-Ramp's threshold T on the one-way delay (2ms suits 100mbit in a TCG guest)")
+	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
+	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
+	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
-	f.Bool("schema", false, "print the JSON Schema of results.json and exit (with --scenario clock: of the clock scenario's)")
+	f.Bool("schema", false, "print the JSON Schema of results.json and exit (with --scenario clock or onramp: of that scenario's)")
 	return c
 }
 
@@ -211,6 +237,82 @@ func (a *app) runClockBench(c *cobra.Command, cfg bench.ClockConfig, sizes bench
 		}
 		for _, f := range files {
 			fmt.Fprintf(progress, "wrote %s\n", f)
+		}
+	}
+	if asJSON {
+		return a.printJSON(rep.Results)
+	}
+	fmt.Fprintln(a.out)
+	return rep.Table(a.out)
+}
+
+// runOnRampBench runs `ccload bench --scenario onramp`. The flags the CC
+// scenarios share with it keep the onramp scenario's own defaults
+// (bench.OnRampConfig) unless the user set them.
+func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared bench.Config, ccs []string, sizes bench.Sizes,
+	gso, out string, asJSON bool) error {
+	var parsed bench.Config
+	if err := sizes.Apply(&parsed); err != nil {
+		return benchInputError(c, err)
+	}
+	g, err := units.ParseBytes(gso)
+	if err != nil || g > 1<<16 {
+		return usage(c, fmt.Errorf("--gso %q: want a size up to 64KiB, e.g. 8KiB", gso))
+	}
+	changed := c.Flags().Changed
+	cfg.GSOBytes = uint32(g)
+	cfg.Duration, cfg.Quick, cfg.Seed, cfg.Repeat = shared.Duration, shared.Quick, shared.Seed, shared.Repeat
+	cfg.Command = strings.Join(os.Args, " ")
+	if changed("cc") {
+		cfg.CCs = ccs
+	}
+	if changed("rate") {
+		cfg.RateBps = parsed.RateBps
+	}
+	if changed("buffer") {
+		cfg.BufferBytes = parsed.BufferBytes
+	}
+	if changed("ecn-threshold") {
+		cfg.ECNThresholdBytes, cfg.NoECN = parsed.ECNThresholdBytes, parsed.NoECN
+	}
+	if changed("incast-size") {
+		cfg.ResponseBytes = parsed.IncastBytes
+	}
+	if changed("marker") {
+		cfg.Marker = shared.Marker
+	}
+	if changed("fanout") {
+		cfg.Fanout = shared.Fanout
+	}
+	if changed("load") {
+		cfg.Load = shared.Load
+	}
+	if changed("senders") {
+		cfg.BackgroundSenders = shared.Senders
+	}
+	if changed("sample-interval") {
+		cfg.SampleInterval = shared.SampleInterval
+	}
+	if err := cfg.Validate(); err != nil {
+		return usage(c, err)
+	}
+	ctx, stop := runContext(c, 0)
+	defer stop()
+	var progress io.Writer = a.out
+	if asJSON {
+		progress = c.ErrOrStderr()
+	}
+	rep, err := bench.RunOnRamp(ctx, a.loader(), a.int(), cfg, progress)
+	if err != nil {
+		return benchInputError(c, err)
+	}
+	if out != "" {
+		files, err := rep.Write(out)
+		for _, f := range files {
+			fmt.Fprintf(progress, "wrote %s\n", f)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if asJSON {

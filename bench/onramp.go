@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ccload/ccload/onramp"
+)
+
+// The onramp scenario: On-Ramp (package onramp) under each CC, measured
+// as the paper measures it (NSDI'21, §5): incast request–response traffic
+// over web-search background load, each CC run once without On-Ramp and
+// once with it, with the same traffic, on the same topology, fq on every
+// sender's uplink in both runs, so that only On-Ramp's pauses differ.
+//
+// Topology: a dumbbell of Fanout incast servers plus BackgroundSenders
+// background senders, one router and one client (the receiver) behind a
+// bottleneck of RateBps with a BufferBytes queue. Every sender's uplink
+// has an fq root qdisc and a GSO size of GSOBytes: with earliest
+// departure times a pause holds only what reaches fq after it, and TCP
+// small queues lets a flow keep about two GSO packets in fq, so the GSO
+// size bounds how tight a pause is (docs/onramp.md).
+//
+// Traffic, per run:
+//   - requests arrive as a Poisson process at IncastLoad of the
+//     bottleneck, after the first tenth of the run; each asks all Fanout
+//     servers at once for ResponseBytes, one TCP flow per response, from
+//     server to client, started at the request's arrival. Its request
+//     completion time (RCT) runs from the arrival to the kernel's
+//     timestamp of the ACK of the last response's last byte;
+//   - web-search flows (workload.WebSearch, capped at 1 MB with Quick)
+//     from the background senders to the client, Poisson at Load;
+//   - one long flow from the first background sender for the whole run,
+//     whose throughput after the first tenth is the long-flow throughput.
+//
+// Every flow runs the CC under test. The hosts share the kernel's clock,
+// so every clock offset is 0 (clocksync.PublishFixed). With On-Ramp, it is
+// enabled on every sender's uplink and on the client's interface before
+// the run's traffic, its counters are read after it, and it is disabled
+// and checked gone before the next run.
+
+// ScenarioOnRamp is On-Ramp's scenario; it runs apart from the CC
+// scenarios (RunOnRamp), and `--scenario all` does not include it: it
+// needs sch_fq.
+const ScenarioOnRamp = "onramp"
+
+// Defaults of OnRampConfig, for a 100 Mbit/s bottleneck, which a QEMU TCG
+// guest sustains.
+const (
+	DefaultOnRampRateBps = 100_000_000
+	// DefaultOnRampBufferBytes holds one incast's initial windows (16
+	// new connections of 10 segments: 232 KB) on an empty queue, 21 ms
+	// at 100 Mbit/s.
+	DefaultOnRampBufferBytes = 256 << 10
+	// DefaultOnRampECNBytes is DCTCP's K: 1.6 ms at 100 Mbit/s, under T,
+	// so that DCTCP keeps its queue below On-Ramp's threshold and On-Ramp
+	// acts on transients only.
+	DefaultOnRampECNBytes     = 20_000
+	DefaultOnRampFanout       = 16
+	DefaultOnRampResponse     = 64 << 10
+	DefaultOnRampIncastLoad   = 0.2
+	DefaultOnRampLoad         = 0.4
+	DefaultOnRampBackground   = 4
+	DefaultOnRampGSOBytes     = 8 << 10
+	DefaultOnRampThreshold    = 2 * time.Millisecond
+	DefaultOnRampMaxPause     = 100 * time.Millisecond
+	DefaultOnRampSampleEvery  = time.Millisecond
+	defaultOnRampDuration     = 15 * time.Second
+	quickOnRampDuration       = 4 * time.Second
+	maxOnRampRequests         = 5000
+	quickOnRampRequests       = 8
+	onrampLongFlowSampleEvery = 20 * time.Millisecond
+	// onrampWorseMargin is how much higher a tail must be with On-Ramp
+	// than without before the comparison calls it worse: the runs of a
+	// few minutes in a TCG guest scatter by that much.
+	onrampWorseMargin = 0.10
+)
+
+// Targets of the On-Ramp issue, recorded in the results.
+const (
+	// OnRampTargetRCTRatio is the least RCT p99 without/with On-Ramp
+	// asked of cubic.
+	OnRampTargetRCTRatio = 3.0
+	// OnRampTargetCC is the CC the RCT target is for.
+	OnRampTargetCC = "cubic"
+	// OnRampTargetLongFlowLoss is the largest long-flow throughput loss
+	// with On-Ramp asked of every CC.
+	OnRampTargetLongFlowLoss = 0.05
+)
+
+// DefaultOnRampCCs is the CC list of an onramp run that names none.
+func DefaultOnRampCCs() []string { return []string{"cubic", "bbr", "bpf_dctcp", "theta_powertcp"} }
+
+// OnRampConfig is one onramp benchmark.
+type OnRampConfig struct {
+	// CCs run one after the other, each once without and once with
+	// On-Ramp per repeat.
+	CCs []string
+	// Repeat is how many times every variant runs; the runs interleave
+	// (runOrder over the variants) and repeat i uses Seed+i for all.
+	Repeat int
+	// Duration is each run's traffic time.
+	Duration time.Duration
+	// Quick shortens the run for smoke tests: Duration 4 s, at most 8
+	// requests a run, web-search flows capped at 1 MB.
+	Quick bool
+	// RateBps and BufferBytes shape the bottleneck.
+	RateBps     uint64
+	BufferBytes uint32
+	// ECNThresholdBytes is where CE marking starts (DCTCP's K), for the
+	// CCs that ask for ECN; NoECN turns marking off. Marker is MarkerHop
+	// or MarkerFQCodel, as in Config.
+	ECNThresholdBytes uint32
+	NoECN             bool
+	Marker            string
+	// Fanout is the number of incast servers, and ResponseBytes each
+	// one's response.
+	Fanout        int
+	ResponseBytes int64
+	// IncastLoad is the requests' offered load, a fraction of the
+	// bottleneck: requests arrive at IncastLoad·RateBps/(8·Fanout·
+	// ResponseBytes) per second.
+	IncastLoad float64
+	// Load is the web-search background load, a fraction of the
+	// bottleneck; BackgroundSenders send it (the first also sends the
+	// long flow).
+	Load              float64
+	BackgroundSenders int
+	// GSOBytes is the GSO size of every sender's uplink.
+	GSOBytes uint32
+	// Threshold (T), MaxPause and Gain are On-Ramp's parameters (0 means
+	// onramp.DefaultGain for Gain).
+	Threshold time.Duration
+	MaxPause  time.Duration
+	Gain      float64
+	// SampleInterval is the bottleneck queue's sampling interval.
+	SampleInterval time.Duration
+	// Seed is the workload seed of the first repeat.
+	Seed uint64
+	// Prefix is the netns name prefix.
+	Prefix string
+	// Command is the command line, recorded in the results.
+	Command string
+}
+
+func (c OnRampConfig) withDefaults() OnRampConfig {
+	if len(c.CCs) == 0 {
+		c.CCs = DefaultOnRampCCs()
+	}
+	if c.Repeat == 0 {
+		c.Repeat = 1
+	}
+	if c.Duration == 0 {
+		c.Duration = defaultOnRampDuration
+		if c.Quick {
+			c.Duration = quickOnRampDuration
+		}
+	}
+	if c.RateBps == 0 {
+		c.RateBps = DefaultOnRampRateBps
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = DefaultOnRampBufferBytes
+	}
+	if c.ECNThresholdBytes == 0 {
+		c.ECNThresholdBytes = DefaultOnRampECNBytes
+	}
+	if c.NoECN {
+		c.ECNThresholdBytes = 0
+	}
+	if c.Marker == "" {
+		c.Marker = MarkerHop
+	}
+	if c.Fanout == 0 {
+		c.Fanout = DefaultOnRampFanout
+	}
+	if c.ResponseBytes == 0 {
+		c.ResponseBytes = DefaultOnRampResponse
+	}
+	if c.IncastLoad == 0 {
+		c.IncastLoad = DefaultOnRampIncastLoad
+	}
+	if c.Load == 0 {
+		c.Load = DefaultOnRampLoad
+	}
+	if c.BackgroundSenders == 0 {
+		c.BackgroundSenders = DefaultOnRampBackground
+	}
+	if c.GSOBytes == 0 {
+		c.GSOBytes = DefaultOnRampGSOBytes
+	}
+	if c.Threshold == 0 {
+		c.Threshold = DefaultOnRampThreshold
+	}
+	if c.MaxPause == 0 {
+		c.MaxPause = DefaultOnRampMaxPause
+	}
+	if c.Gain == 0 {
+		c.Gain = onramp.DefaultGain
+	}
+	if c.SampleInterval == 0 {
+		c.SampleInterval = DefaultOnRampSampleEvery
+	}
+	if c.Seed == 0 {
+		c.Seed = DefaultSeed
+	}
+	if c.Prefix == "" {
+		c.Prefix = "cco"
+	}
+	return c
+}
+
+// Validate checks the configuration, defaults filled in. Its errors name
+// the flags of `ccload bench --scenario onramp`.
+func (c OnRampConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	seen := map[string]bool{}
+	for _, cc := range c.CCs {
+		if cc == "" || seen[cc] || strings.Contains(cc, "+") {
+			errs = append(errs, fmt.Errorf("--cc %q: names must be non-empty, distinct, and without '+'", strings.Join(c.CCs, ",")))
+			break
+		}
+		seen[cc] = true
+	}
+	if c.Repeat < 1 || c.Repeat > MaxRepeat {
+		errs = append(errs, fmt.Errorf("--repeat %d: give 1 to %d", c.Repeat, MaxRepeat))
+	}
+	if c.Duration < 2*time.Second || c.Duration > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--duration %v: give 2s to 10m per run", c.Duration))
+	}
+	if c.RateBps < 1_000_000 || c.RateBps > 10_000_000_000 {
+		errs = append(errs, fmt.Errorf("--rate %d bit/s: give 1mbit to 10gbit (100mbit is what a TCG guest sustains)", c.RateBps))
+	}
+	if c.BufferBytes < 16<<10 || c.BufferBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("--buffer %d: give 16KiB to 64MiB", c.BufferBytes))
+	}
+	switch {
+	case c.Marker != MarkerHop && c.Marker != MarkerFQCodel:
+		errs = append(errs, fmt.Errorf("--marker %q: use %s (the INT hop) or %s (the bottleneck's AQM)", c.Marker, MarkerHop, MarkerFQCodel))
+	case c.Marker == MarkerFQCodel && c.ECNThresholdBytes == 0:
+		errs = append(errs, fmt.Errorf("--marker %s with no ECN threshold: give --ecn-threshold above 0", MarkerFQCodel))
+	}
+	if c.Fanout < 1 || c.Fanout > 64 {
+		errs = append(errs, fmt.Errorf("--fanout %d: give 1 to 64 incast servers", c.Fanout))
+	}
+	if c.ResponseBytes < 1 || c.ResponseBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("--incast-size %d: give 1 byte to 64 MiB per response", c.ResponseBytes))
+	}
+	if !(c.IncastLoad > 0 && c.IncastLoad < 1) {
+		errs = append(errs, fmt.Errorf("--incast-load %g: give a fraction of the bottleneck in (0, 1)", c.IncastLoad))
+	}
+	if !(c.Load > 0 && c.Load < 1) {
+		errs = append(errs, fmt.Errorf("--load %g: give the background load as a fraction of the bottleneck in (0, 1)", c.Load))
+	} else if c.Load+c.IncastLoad >= 1 {
+		errs = append(errs, fmt.Errorf("--load %g plus --incast-load %g: together they must stay below 1, leaving room for the long flow", c.Load, c.IncastLoad))
+	}
+	if c.BackgroundSenders < 1 || c.BackgroundSenders > 32 {
+		errs = append(errs, fmt.Errorf("--senders %d: give 1 to 32 background senders", c.BackgroundSenders))
+	}
+	if c.GSOBytes < 1500 || c.GSOBytes > 65536 {
+		errs = append(errs, fmt.Errorf("--gso %d: give 1500 bytes to 64KiB", c.GSOBytes))
+	}
+	if c.Threshold < time.Microsecond || c.Threshold > time.Second {
+		errs = append(errs, fmt.Errorf("--onramp-threshold %v: give 1us to 1s", c.Threshold))
+	}
+	if c.MaxPause < time.Microsecond || c.MaxPause > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--onramp-max-pause %v: give 1us to 100ms", c.MaxPause))
+	}
+	if math.IsNaN(c.Gain) || c.Gain <= 0 || c.Gain > 1 {
+		errs = append(errs, fmt.Errorf("On-Ramp gain %v: give (0, 1]", c.Gain))
+	}
+	if c.SampleInterval < 50*time.Microsecond || c.SampleInterval > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--sample-interval %v: give 50us to 100ms", c.SampleInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// requestRate is the requests' arrival rate, per second.
+func (c OnRampConfig) requestRate() float64 {
+	return c.IncastLoad * float64(c.RateBps) / (8 * float64(c.Fanout) * float64(c.ResponseBytes))
+}
+
+// maxRequests bounds the requests of one run.
+func (c OnRampConfig) maxRequests() int {
+	if c.Quick {
+		return quickOnRampRequests
+	}
+	return maxOnRampRequests
+}
+
+// onrampVariant is one of a run's configurations: a CC, with or without
+// On-Ramp.
+type onrampVariant struct {
+	cc     string
+	onramp bool
+}
+
+func (v onrampVariant) String() string {
+	if v.onramp {
+		return v.cc + "+onramp"
+	}
+	return v.cc
+}
+
+// variants lists, for each CC, its run without On-Ramp and then with it.
+func (c OnRampConfig) variants() []onrampVariant {
+	var out []onrampVariant
+	for _, cc := range c.CCs {
+		out = append(out, onrampVariant{cc, false}, onrampVariant{cc, true})
+	}
+	return out
+}
+
+// variantNames are the variants' names, for runOrder.
+func variantNames(vs []onrampVariant) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.String()
+	}
+	return out
+}
+
+// variantByName finds a variant by its name.
+func variantByName(vs []onrampVariant, name string) onrampVariant {
+	i := slices.IndexFunc(vs, func(v onrampVariant) bool { return v.String() == name })
+	return vs[i]
+}

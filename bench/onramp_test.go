@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/ccload/ccload/bench/stats"
+	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/qdisc"
+	"github.com/ccload/ccload/telemetry/sockops"
+)
+
+// TestOnRampConfigValidation checks that bad onramp configurations fail
+// with errors that name their flags, and that the defaults pass.
+func TestOnRampConfigValidation(t *testing.T) {
+	if err := (OnRampConfig{}).Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if err := (OnRampConfig{Quick: true}).Validate(); err != nil {
+		t.Fatalf("quick defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  OnRampConfig
+		want string
+	}{
+		{"duplicate cc", OnRampConfig{CCs: []string{"cubic", "cubic"}}, "--cc"},
+		{"cc with plus", OnRampConfig{CCs: []string{"cubic+onramp"}}, "--cc"},
+		{"short run", OnRampConfig{Duration: time.Second}, "--duration"},
+		{"no fanout", OnRampConfig{Fanout: -1}, "--fanout"},
+		{"huge response", OnRampConfig{ResponseBytes: 1 << 30}, "--incast-size"},
+		{"incast load 1", OnRampConfig{IncastLoad: 1}, "--incast-load"},
+		{"loads over 1", OnRampConfig{Load: 0.7, IncastLoad: 0.4}, "together"},
+		{"tiny gso", OnRampConfig{GSOBytes: 100}, "--gso"},
+		{"long max pause", OnRampConfig{MaxPause: time.Second}, "--onramp-max-pause"},
+		{"long threshold", OnRampConfig{Threshold: 2 * time.Second}, "--onramp-threshold"},
+		{"unknown marker", OnRampConfig{Marker: "red"}, "--marker"},
+		{"too many repeats", OnRampConfig{Repeat: MaxRepeat + 1}, "--repeat"},
+		{"small buffer", OnRampConfig{BufferBytes: 1500}, "--buffer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+	c := OnRampConfig{}.withDefaults()
+	if c.RateBps != 100_000_000 || c.Fanout != 16 || c.ResponseBytes != 64<<10 || c.Load != 0.4 ||
+		c.GSOBytes != 8<<10 || c.Threshold != 2*time.Millisecond || c.MaxPause != 100*time.Millisecond {
+		t.Errorf("defaults %+v: want 100 Mbit/s, fanout 16, 64 KiB responses, load 0.4, GSO 8 KiB, T 2 ms, max pause 100 ms", c)
+	}
+	if slices.Contains(Scenarios(), ScenarioOnRamp) {
+		t.Errorf("--scenario all includes %s, which needs sch_fq", ScenarioOnRamp)
+	}
+	if got := len(c.requestArrivals(3)); got == 0 || got > c.maxRequests() {
+		t.Errorf("%d requests in a default run", got)
+	}
+	q := OnRampConfig{Quick: true}.withDefaults()
+	if got := len(q.requestArrivals(3)); got > quickOnRampRequests {
+		t.Errorf("%d requests in a quick run, want at most %d", got, quickOnRampRequests)
+	}
+}
+
+// TestOnRampComparisonAndSchema builds results from made-up runs and
+// checks the comparisons, the verdict, the table and that results.json
+// validates against onramp.schema.json, which must reject a document
+// with a field missing.
+func TestOnRampComparisonAndSchema(t *testing.T) {
+	ideal := func(int64) time.Duration { return time.Millisecond }
+	run := func(rctUs, longBps float64, on bool) OnRampRun {
+		r := OnRampRun{Requests: 10, RequestsCompleted: 10, RCTP50Us: rctUs / 2, RCTP99Us: rctUs, RCTMaxUs: rctUs,
+			LongFlowBps: longBps, KernelCCs: []string{"cubic"}, FCT: []FCTBucket{}, DurationMillis: 1000,
+			Responses: 160, BackgroundFlows: 3, SinkResults: 164}
+		if on {
+			r.OnRamp = &OnRampCounters{Pauses: 5, PauseSeconds: 0.1, Interfaces: 3, Counters: map[string]uint64{"pauses": 5}}
+		}
+		return r
+	}
+	rcts := func(base float64) []float64 {
+		var out []float64
+		for i := range 100 {
+			out = append(out, base*(1+float64(i)/100))
+		}
+		return out
+	}
+	fcts := func(d time.Duration) []stats.FCT {
+		return []stats.FCT{{Bytes: 5000, Duration: d}, {Bytes: 50_000, Duration: 2 * d}, {Bytes: 5_000_000, Duration: 10 * d}}
+	}
+	vs := []onrampVariant{{"cubic", false}, {"cubic", true}}
+	variants := []OnRampVariant{
+		summariseOnRamp(vs[0], []OnRampRun{run(400_000, 40e6, false)}, rcts(100_000), fcts(10*time.Millisecond), ideal),
+		summariseOnRamp(vs[1], []OnRampRun{run(100_000, 39e6, true)}, rcts(25_000), fcts(12*time.Millisecond), ideal),
+	}
+	cmp, verdict := compareOnRamp([]string{"cubic"}, variants, [][]float64{rcts(100_000), rcts(25_000)},
+		[][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
+	if len(cmp) != 1 || cmp[0].RCTP99Ratio == nil || math.Abs(*cmp[0].RCTP99Ratio-4) > 1e-9 {
+		t.Fatalf("comparison %+v: want an RCT p99 ratio of 4", cmp)
+	}
+	if l := cmp[0].LongFlowLoss; l == nil || math.Abs(*l-0.025) > 1e-9 {
+		t.Errorf("long-flow loss %v, want 0.025", l)
+	}
+	if verdict.RCTMet == nil || !*verdict.RCTMet || !verdict.LongFlowMet {
+		t.Errorf("verdict %+v: want both targets met", verdict)
+	}
+	if !slices.Equal(cmp[0].WorseFCT, []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge}) || cmp[0].WorseRCT {
+		t.Errorf("worse: RCT %v, FCT %v; want FCT in every bucket (20%% slower), not RCT", cmp[0].WorseRCT, cmp[0].WorseFCT)
+	}
+	rep := &OnRampReport{Results: OnRampResults{Schema: OnRampSchemaID, Scenario: ScenarioOnRamp, Started: time.Unix(0, 0).UTC(),
+		Machine:  Machine{Kernel: "6.12", CPUs: 2},
+		Topology: OnRampTopology{Kind: "dumbbell", Servers: 16, BackgroundSenders: 4, RateBps: 1e8, BufferBytes: 1 << 18, GSOBytes: 8192, SenderQdisc: "fq", ECNMarker: MarkerHop},
+		Workload: OnRampWorkload{DurationSeconds: 1, Fanout: 16, ResponseBytes: 65536, IncastLoad: 0.2, RequestRate: 2.4, MaxRequests: 10,
+			BackgroundLoad: 0.4, LongFlows: 1, SampleMicros: 1000, Seed: 1},
+		OnRamp: OnRampSettings{ThresholdNs: 2e6, MaxPauseNs: 1e8, Gain: 1.0 / 16, Peers: []string{"198.18.0.0/15"}, Interfaces: 21},
+		Repeat: 1, Order: [][]string{{"cubic", "cubic+onramp"}}, Variants: variants, Comparisons: cmp,
+		Targets: OnRampTargets{RCTRatio: 3, RCTCC: "cubic", LongFlowLoss: 0.05, WorseMargin: 0.1}, Verdict: verdict,
+	}, rcts: [][]float64{rcts(100_000), rcts(25_000)}}
+	var table bytes.Buffer
+	if err := rep.Table(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, table.String())
+		}
+	}
+	dir := t.TempDir()
+	files, err := rep.Write(dir)
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if len(files) != 4 {
+		t.Errorf("wrote %v, want results.json and three plots", files)
+	}
+	schema := compileSchemaDoc(t, OnRampSchema(), OnRampSchemaID)
+	js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, schema, js)
+	var m map[string]any
+	if err := json.Unmarshal(js, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m["variants"].([]any)[0].(map[string]any), "rct")
+	bad, _ := json.Marshal(m)
+	doc, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bad))
+	if err := schema.Validate(doc); err == nil {
+		t.Errorf("the schema accepted a variant without rct")
+	}
+}
+
+// TestOnRampScenarioQuick runs `ccload bench --scenario onramp --quick`
+// with every default CC and checks that its results are well formed, not
+// how well On-Ramp does: every variant ran once; every request, response,
+// background flow and the long flow completed, and the client received
+// every byte intact; no figure is NaN or infinite (results.json would not
+// encode) and the file validates against its schema; the runs with
+// On-Ramp have its counters, with echoes, and the runs without have none;
+// the plots exist; and nothing is left behind: no netns, no attached CC,
+// no On-Ramp pins. On a kernel without sch_fq it skips (it runs in the
+// vmtests guests).
+func TestOnRampScenarioQuick(t *testing.T) {
+	testutil.RequireRoot(t)
+	host := testutil.Host(t)
+	n := sockops.New(host)
+	l := loader.New(host, loader.WithSharedMaps(n.Store()))
+	before, err := l.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, Prefix: "cbq"}, &progress)
+	t.Logf("progress:\n%s", progress.String())
+	if left := netnsWithPrefix(t, "cbq"); len(left) > 0 {
+		t.Errorf("network namespaces left behind: %v", left)
+	}
+	if errors.Is(err, qdisc.ErrNoFQ) {
+		testutil.SkipKernelLacks(t, "sch_fq")
+	}
+	if err != nil {
+		t.Fatalf("run: %v (fix: %s)", err, kernel.FixOf(err))
+	}
+	var table bytes.Buffer
+	if err := rep.Table(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", table.String())
+
+	res := rep.Results
+	ccs := DefaultOnRampCCs()
+	if len(res.Variants) != 2*len(ccs) || len(res.Comparisons) != len(ccs) || len(res.Order) != 1 || len(res.Order[0]) != 2*len(ccs) {
+		t.Fatalf("%d variants, %d comparisons, order %v for %d CCs", len(res.Variants), len(res.Comparisons), res.Order, len(ccs))
+	}
+	for _, v := range res.Variants {
+		if len(v.Runs) != 1 {
+			t.Fatalf("%s: %d runs, want 1", v.Name, len(v.Runs))
+		}
+		r := v.Runs[0]
+		switch {
+		case r.Requests == 0 || r.RequestsCompleted != r.Requests:
+			t.Errorf("%s: %d of %d requests completed", v.Name, r.RequestsCompleted, r.Requests)
+		case r.Responses != r.Requests*res.Workload.Fanout || r.ResponsesFailed > 0:
+			t.Errorf("%s: %d responses (%d failed) for %d requests", v.Name, r.Responses, r.ResponsesFailed, r.Requests)
+		case r.BackgroundFailed > 0 || r.LongFlowFailed || !(r.LongFlowBps > 0):
+			t.Errorf("%s: %d of %d background flows failed; long flow failed %v at %.0f bit/s", v.Name, r.BackgroundFailed, r.BackgroundFlows, r.LongFlowFailed, r.LongFlowBps)
+		case r.SinkBad > 0 || r.SinkResults != r.Responses+r.BackgroundFlows+1:
+			t.Errorf("%s: the client has %d results (%d bad) for %d flows", v.Name, r.SinkResults, r.SinkBad, r.Responses+r.BackgroundFlows+1)
+		}
+		if v.RCT.Count != r.RequestsCompleted || !(v.RCT.P50Us > 0) || v.RCT.P99Us < v.RCT.P50Us {
+			t.Errorf("%s: RCT %+v", v.Name, v.RCT)
+		}
+		if r.QueueSamples == 0 || !(r.Utilization > 0) {
+			t.Errorf("%s: %d queue samples, utilisation %v", v.Name, r.QueueSamples, r.Utilization)
+		}
+		if v.OnRamp != (r.OnRamp != nil) {
+			t.Errorf("%s: On-Ramp counters %v", v.Name, r.OnRamp)
+		}
+		if o := r.OnRamp; o != nil && (o.Interfaces != res.OnRamp.Interfaces || o.Counters["echoes"] == 0 || o.Counters["rx_stamps"] == 0) {
+			t.Errorf("%s: On-Ramp on %d of %d interfaces, counters %v", v.Name, o.Interfaces, res.OnRamp.Interfaces, o.Counters)
+		}
+		if v.CC == "bpf_dctcp" && !slices.Equal(v.KernelCCs, []string{"bpf_dctcp"}) {
+			t.Errorf("%s ran as %v: ECN was not negotiated", v.Name, v.KernelCCs)
+		}
+	}
+	for _, c := range res.Comparisons {
+		if c.RCTP99Ratio == nil || c.LongFlowLoss == nil {
+			t.Errorf("%s: comparison without a ratio: %+v", c.CC, c)
+		}
+	}
+
+	dir := t.TempDir()
+	files, err := rep.Write(dir)
+	if err != nil {
+		t.Fatalf("write: %v (results.json must encode: no NaN or Inf)", err)
+	}
+	if len(files) != 4 {
+		t.Errorf("wrote %v, want results.json and three plots", files)
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, compileSchemaDoc(t, OnRampSchema(), OnRampSchemaID), js)
+
+	after, err := l.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("attached CCs before the bench %v, after %v", before, after)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(kernel.DefaultHost().BPFFS, "ccload-bench-onramp-*")); len(matches) > 0 {
+		t.Errorf("On-Ramp's bench pins left behind: %v", matches)
+	}
+}

@@ -1,0 +1,322 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ccload/ccload/bench/plot"
+	"github.com/ccload/ccload/bench/stats"
+)
+
+// Table prints the onramp scenario: one row per variant (each CC without
+// and with On-Ramp), then one row per CC comparing the two, then the
+// targets. Per-run figures are medians with their range over the runs
+// (min-max); RCTs and background FCTs are percentiles of every run's
+// requests and flows pooled.
+func (r *OnRampReport) Table(w io.Writer) error {
+	res := r.Results
+	t, wl, o := res.Topology, res.Workload, res.OnRamp
+	marking := "no CE marking"
+	if t.ECNThresholdBytes > 0 {
+		marking = fmt.Sprintf("CE above %d KB by %s", t.ECNThresholdBytes/1000, t.ECNMarker)
+	}
+	repeats := "1 run"
+	if res.Repeat > 1 {
+		repeats = fmt.Sprintf("%d repeats", res.Repeat)
+	}
+	bgCap := ""
+	if wl.BackgroundMaxBytes > 0 {
+		bgCap = fmt.Sprintf(" (capped at %d KB)", wl.BackgroundMaxBytes/1000)
+	}
+	fmt.Fprintf(w, "onramp: %s bottleneck, %d KiB buffer, %s, base RTT %.0fus; fq and GSO %d KiB on all %d senders; kernel %s\n",
+		formatRate(float64(t.RateBps)), t.BufferBytes>>10, marking, t.BaseRTTMicros, t.GSOBytes>>10, t.Servers+t.BackgroundSenders, res.Machine.Kernel)
+	fmt.Fprintf(w, "  requests: %d x %d KiB responses, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; 1 long flow; %v per run, %s\n",
+		wl.Fanout, wl.ResponseBytes>>10, wl.RequestRate, wl.IncastLoad, wl.RequestsFromSeconds, wl.BackgroundLoad, bgCap,
+		t.BackgroundSenders, time.Duration(wl.DurationSeconds*float64(time.Second)), repeats)
+	fmt.Fprintf(w, "  On-Ramp: T %v, max pause %v, gain %g, on %d interfaces (every sender and the client)\n",
+		time.Duration(o.ThresholdNs), time.Duration(o.MaxPauseNs), o.Gain, o.Interfaces)
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	buckets := []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge}
+	head := []string{"variant", "ran as", "requests", "RCT p50 ms", "p99 ms"}
+	for _, b := range buckets {
+		head = append(head, "bg FCT p99 ms "+b)
+	}
+	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "pauses", "paused s", "failed")
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, v := range res.Variants {
+		f := func(name string, format func(float64) string) string { return spreadCell(v.Figures, name, format) }
+		row := []string{v.Name, strings.Join(v.KernelCCs, ","), fmt.Sprint(v.RCT.Count), ms(v.RCT.P50Us), ms(v.RCT.P99Us)}
+		for _, b := range buckets {
+			row = append(row, r.bgP99Cell(v, b))
+		}
+		failed := 0
+		for _, run := range v.Runs {
+			failed += run.ResponsesFailed + run.BackgroundFailed + run.SinkBad
+			if run.LongFlowFailed {
+				failed++
+			}
+		}
+		pauses, paused := "-", "-"
+		if v.OnRamp {
+			pauses, paused = f("pauses", scaled(1, "%.0f")), f("pause_seconds", scaled(1, "%.2f"))
+		}
+		row = append(row, f("long_flow_bps", scaled(1e-6, "%.1f")), f("utilization", scaled(100, "%.0f")),
+			f("queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")), f("retransmits", scaled(1, "%.0f")),
+			pauses, paused, fmt.Sprint(failed))
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "RCT: from a request's arrival to the kernel's timestamp of the ACK of its last response byte, over every run's requests pooled;")
+	fmt.Fprintln(w, "bg FCT: the web-search flows', pooled, nearest-rank p99 (with n flows); other figures: median over the runs (min-max).")
+	if res.Repeat > 1 {
+		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	head = []string{"cc", "RCT p99 ms without", "with", "ratio", "p50 ratio", "tail ratio", "long flow Mbit/s without", "with", "loss %"}
+	for _, b := range buckets {
+		head = append(head, "bg FCT p99 ratio "+b)
+	}
+	head = append(head, "worse with On-Ramp")
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, c := range res.Comparisons {
+		tail := "-"
+		if c.RCTTailRatio != nil {
+			tail = fmt.Sprintf("p%g: %.2fx", c.RCTTailP, *c.RCTTailRatio)
+		}
+		row := []string{c.CC, ms(c.RCTP99WithoutUs), ms(c.RCTP99WithUs), ratioCell(c.RCTP99Ratio), ratioCell(c.RCTP50Ratio), tail,
+			fmt.Sprintf("%.1f", c.LongFlowWithoutBps/1e6), fmt.Sprintf("%.1f", c.LongFlowWithBps/1e6), lossCell(c.LongFlowLoss)}
+		for _, b := range buckets {
+			cell := "-"
+			for _, x := range c.FCT {
+				if x.Bucket == b {
+					cell = ratioCell(x.Ratio)
+				}
+			}
+			row = append(row, cell)
+		}
+		var worse []string
+		if c.WorseRCT {
+			worse = append(worse, "RCT p99")
+		}
+		for _, b := range c.WorseFCT {
+			worse = append(worse, "FCT "+b)
+		}
+		if len(worse) == 0 {
+			worse = []string{"no"}
+		}
+		row = append(row, strings.Join(worse, ", "))
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "ratio: without/with On-Ramp (above 1: On-Ramp is faster); tail ratio: at the highest percentile both pooled samples support")
+	fmt.Fprintln(w, "(ten requests at or beyond it; p99 needs 1,000 requests, and below that p99 is close to the slowest request); loss: 1 - with/without.")
+	fmt.Fprintf(w, "worse: a p99 more than %.0f%% above the one without On-Ramp.\n", 100*res.Targets.WorseMargin)
+
+	tg, vd := res.Targets, res.Verdict
+	rct := fmt.Sprintf("target: %s RCT p99 without/with >= %gx: ", tg.RCTCC, tg.RCTRatio)
+	switch {
+	case vd.RCTMet == nil:
+		rct += fmt.Sprintf("not measured (%s did not run)", tg.RCTCC)
+	default:
+		for _, c := range res.Comparisons {
+			if c.CC == tg.RCTCC {
+				rct += ratioCell(c.RCTP99Ratio)
+			}
+		}
+		rct += " - " + metText(*vd.RCTMet)
+	}
+	fmt.Fprintln(w, rct)
+	var losses []string
+	for _, c := range res.Comparisons {
+		losses = append(losses, c.CC+" "+lossCell(c.LongFlowLoss)+"%")
+	}
+	fmt.Fprintf(w, "target: long-flow throughput loss with On-Ramp <= %.0f%%: %s - %s\n", 100*tg.LongFlowLoss, strings.Join(losses, ", "), metText(vd.LongFlowMet))
+	if len(vd.Worse) == 0 {
+		fmt.Fprintln(w, "worse with On-Ramp: none")
+	} else {
+		fmt.Fprintf(w, "worse with On-Ramp: %s\n", strings.Join(vd.Worse, "; "))
+	}
+	return nil
+}
+
+// bgP99Cell is variant v's pooled background FCT p99 of bucket b, in ms,
+// with its count, from the comparisons.
+func (r *OnRampReport) bgP99Cell(v OnRampVariant, b string) string {
+	for _, c := range r.Results.Comparisons {
+		if c.CC != v.CC {
+			continue
+		}
+		for _, x := range c.FCT {
+			if x.Bucket != b {
+				continue
+			}
+			if v.OnRamp {
+				return fmt.Sprintf("%s (n %d)", ms(x.P99WithUs), x.CountWith)
+			}
+			return fmt.Sprintf("%s (n %d)", ms(x.P99WithoutUs), x.CountWithout)
+		}
+	}
+	return "-"
+}
+
+// spreadCell formats figure name: the median, and its range with more
+// than one run; "-" when no run had it.
+func spreadCell(figs map[string]Spread, name string, format func(float64) string) string {
+	s, ok := figs[name]
+	if !ok {
+		return "-"
+	}
+	if s.N < 2 {
+		return format(s.Median)
+	}
+	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
+}
+
+func ms(us float64) string { return fmt.Sprintf("%.1f", us/1e3) }
+
+func ratioCell(r *float64) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", *r)
+}
+
+func lossCell(l *float64) string {
+	if l == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", 100**l)
+}
+
+func metText(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+// Write writes results.json and the plots to dir: onramp-rct-cdf.png (the
+// pooled RCTs' distribution per variant), onramp-rct-p99.png (RCT p99
+// per CC without and with On-Ramp, whiskers over the runs) and
+// onramp-fct-p99.png (the background flows' p99 by size). It returns the
+// files written.
+func (r *OnRampReport) Write(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	js, err := json.MarshalIndent(r.Results, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode results: %w", err)
+	}
+	resPath := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(resPath, append(js, '\n'), 0o644); err != nil {
+		return nil, fmt.Errorf("write %s: %w", resPath, err)
+	}
+	files := []string{resPath}
+	var errs []error
+	add := func(file string, err error) {
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			files = append(files, file)
+		}
+	}
+	rate := formatRate(float64(r.Results.Topology.RateBps))
+
+	var cdf []plot.CDFSeries
+	for i, v := range r.Results.Variants {
+		s := plot.CDFSeries{Label: v.Name}
+		if i < len(r.rcts) {
+			s.Values = r.rcts[i]
+		}
+		cdf = append(cdf, s)
+	}
+	p := filepath.Join(dir, "onramp-rct-cdf.png")
+	add(p, plot.CDF(p, plot.CDFOptions{Title: fmt.Sprintf("onramp: request completion times, all runs, %s bottleneck", rate),
+		XLabel: "RCT (ms)", XScale: 1e-3}, cdf))
+
+	bars := plot.Bars{}
+	without := plot.BarSeries{Label: "without On-Ramp"}
+	with := plot.BarSeries{Label: "with On-Ramp"}
+	for _, c := range r.Results.CCs() {
+		bars.Groups = append(bars.Groups, c)
+		for _, s := range []*plot.BarSeries{&without, &with} {
+			v, ok := r.Results.variant(c, s == &with)
+			val, lo, hi := math.NaN(), math.NaN(), math.NaN()
+			if ok && v.RCT.Count > 0 {
+				val = v.RCT.P99Us / 1e3
+				if sp, ok := v.Figures["rct_p99_us"]; ok && sp.N > 1 {
+					lo, hi = sp.Min/1e3, sp.Max/1e3
+				}
+			}
+			s.Values, s.Lo, s.Hi = append(s.Values, val), append(s.Lo, lo), append(s.Hi, hi)
+		}
+	}
+	bars.Series = []plot.BarSeries{without, with}
+	p = filepath.Join(dir, "onramp-rct-p99.png")
+	add(p, plot.Bar(p, plot.BarOptions{Title: fmt.Sprintf("onramp: RCT p99 of all runs' requests; whiskers: each run's p99, %s", rate),
+		XLabel: "congestion control", YLabel: "RCT p99 (ms)", Scale: plot.ScaleLinear}, bars))
+
+	groups := []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge}
+	fb := plot.Bars{Groups: groups}
+	for _, v := range r.Results.Variants {
+		s := plot.BarSeries{Label: v.Name}
+		for _, b := range groups {
+			val := math.NaN()
+			for _, c := range r.Results.Comparisons {
+				if c.CC != v.CC {
+					continue
+				}
+				for _, x := range c.FCT {
+					if x.Bucket == b {
+						val = x.P99WithoutUs / 1e3
+						if v.OnRamp {
+							val = x.P99WithUs / 1e3
+						}
+					}
+				}
+			}
+			s.Values = append(s.Values, val)
+		}
+		fb.Series = append(fb.Series, s)
+	}
+	p = filepath.Join(dir, "onramp-fct-p99.png")
+	add(p, plot.FCT(p, fmt.Sprintf("onramp: background FCT p99, all runs' flows, %s", rate), fb, "p99 FCT (ms)"))
+	return files, errors.Join(errs...)
+}
+
+// CCs lists the CCs of the results, in run-list order.
+func (r OnRampResults) CCs() []string {
+	var out []string
+	for _, v := range r.Variants {
+		if len(out) == 0 || out[len(out)-1] != v.CC {
+			out = append(out, v.CC)
+		}
+	}
+	return out
+}
+
+// variant finds cc's variant with or without On-Ramp.
+func (r OnRampResults) variant(cc string, on bool) (OnRampVariant, bool) {
+	for _, v := range r.Variants {
+		if v.CC == cc && v.OnRamp == on {
+			return v, true
+		}
+	}
+	return OnRampVariant{}, false
+}

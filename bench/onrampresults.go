@@ -1,0 +1,278 @@
+package bench
+
+import (
+	_ "embed"
+	"time"
+)
+
+// OnRampSchemaID names the layout of the onramp scenario's results.json.
+const OnRampSchemaID = "https://ccload.dev/schema/bench-onramp/v1"
+
+//go:embed onramp.schema.json
+var onrampSchemaJSON []byte
+
+// OnRampSchema returns the JSON Schema (draft 2020-12) of the onramp
+// scenario's results.json.
+func OnRampSchema() []byte { return append([]byte(nil), onrampSchemaJSON...) }
+
+// OnRampResults is what the onramp scenario writes to results.json.
+type OnRampResults struct {
+	// Schema is OnRampSchemaID.
+	Schema   string    `json:"schema"`
+	Scenario string    `json:"scenario"`
+	Command  string    `json:"command,omitempty"`
+	Started  time.Time `json:"started"`
+	Machine  Machine   `json:"machine"`
+	// Topology, Workload and OnRamp are the run's settings.
+	Topology OnRampTopology `json:"topology"`
+	Workload OnRampWorkload `json:"workload"`
+	OnRamp   OnRampSettings `json:"onramp"`
+	// Repeat is how many times every variant ran; Order the variants'
+	// order per repeat.
+	Repeat int        `json:"repeat"`
+	Order  [][]string `json:"order"`
+	// Variants holds each CC without On-Ramp, then with it, in the order
+	// of the CC list.
+	Variants []OnRampVariant `json:"variants"`
+	// Comparisons holds one entry per CC: without On-Ramp against with.
+	Comparisons []OnRampComparison `json:"comparisons"`
+	// Targets are what the On-Ramp issue asks, and Verdict whether the
+	// run met them.
+	Targets OnRampTargets `json:"targets"`
+	Verdict OnRampVerdict `json:"verdict"`
+}
+
+// OnRampTopology is the emulated network.
+type OnRampTopology struct {
+	// Kind is "dumbbell": servers and background senders -> router ->
+	// client.
+	Kind              string `json:"kind"`
+	Servers           int    `json:"servers"`
+	BackgroundSenders int    `json:"background_senders"`
+	RateBps           uint64 `json:"bottleneck_bps"`
+	BufferBytes       uint32 `json:"buffer_bytes"`
+	// GSOBytes is the GSO size of every sender's uplink, all of which
+	// have an fq root qdisc (SenderQdisc) in every run.
+	GSOBytes    uint32 `json:"gso_bytes"`
+	SenderQdisc string `json:"sender_qdisc"`
+	// ECNThresholdBytes is where CE marking starts (0: none), by
+	// ECNMarker: "hop" or "fq_codel".
+	ECNThresholdBytes uint32 `json:"ecn_threshold_bytes"`
+	ECNMarker         string `json:"ecn_marker"`
+	// BaseRTTMicros is the path's RTT with an empty queue, measured.
+	BaseRTTMicros float64 `json:"base_rtt_us"`
+}
+
+// OnRampWorkload is the traffic.
+type OnRampWorkload struct {
+	DurationSeconds float64 `json:"duration_s"`
+	Quick           bool    `json:"quick"`
+	// Fanout servers answer each request with ResponseBytes each;
+	// requests arrive as a Poisson process at RequestRate per second,
+	// which is IncastLoad of the bottleneck, from RequestsFromSeconds on,
+	// at most MaxRequests a run.
+	Fanout              int     `json:"fanout"`
+	ResponseBytes       int64   `json:"response_bytes"`
+	IncastLoad          float64 `json:"incast_load"`
+	RequestRate         float64 `json:"request_rate"`
+	RequestsFromSeconds float64 `json:"requests_from_s"`
+	MaxRequests         int     `json:"max_requests"`
+	// BackgroundLoad is the web-search flows' load; BackgroundMaxBytes
+	// their size cap (0: the distribution's own, 30 MB).
+	BackgroundLoad     float64 `json:"background_load"`
+	BackgroundMaxBytes int64   `json:"background_max_bytes"`
+	// LongFlows is 1: one time-bounded flow from the first background
+	// sender for the whole run.
+	LongFlows    int     `json:"long_flows"`
+	SampleMicros float64 `json:"queue_sample_interval_us"`
+	Seed         uint64  `json:"seed"`
+}
+
+// OnRampSettings are On-Ramp's parameters in the runs with it.
+type OnRampSettings struct {
+	ThresholdNs uint64   `json:"threshold_ns"`
+	MaxPauseNs  uint64   `json:"max_pause_ns"`
+	Gain        float64  `json:"gain"`
+	Peers       []string `json:"peers"`
+	// Interfaces is where it was enabled: every sender's uplink and the
+	// client's interface.
+	Interfaces int `json:"interfaces"`
+	// ClockErrorNs is the error the fixed clock offsets were published
+	// with (the hosts share one clock: every offset is 0).
+	ClockErrorNs uint32 `json:"clock_error_ns"`
+}
+
+// OnRampVariant is one CC without or with On-Ramp, over every repeat.
+type OnRampVariant struct {
+	// Name is CC, or CC+onramp.
+	Name   string `json:"name"`
+	CC     string `json:"cc"`
+	OnRamp bool   `json:"onramp"`
+	// KernelCCs are the CCs TCP_INFO reported, over all runs.
+	KernelCCs []string `json:"kernel_ccs"`
+	// Params are a ccload CC's parameters as it ran.
+	Params map[string]string `json:"params,omitempty"`
+	// ECN: the CC asks for ECN (the client's listener then runs it too);
+	// INT: INT tagging was on.
+	ECN bool `json:"ecn"`
+	INT bool `json:"int"`
+	// RCT is the request completion times of every run's requests,
+	// pooled.
+	RCT RCTSummary `json:"rct"`
+	// FCT is the background flows' completion times by size bucket,
+	// pooled over the runs.
+	FCT []PooledFCT `json:"fct"`
+	// Figures holds each per-run figure's median and spread over the
+	// runs, by name (OnRampFigures).
+	Figures map[string]Spread `json:"figures"`
+	// Runs holds each repeat's run.
+	Runs []OnRampRun `json:"runs"`
+}
+
+// RCTSummary is a distribution of request completion times. P99Us is the
+// nearest-rank 99th percentile whatever the count; P99Supported says
+// whether Count supports it (1,000 requests: ten at or beyond it), and
+// TailP is the highest of 50, 90, 95, 98, 99 and 99.9 that Count supports
+// (0: none), TailUs that percentile.
+type RCTSummary struct {
+	Count        int     `json:"count"`
+	MeanUs       float64 `json:"mean_us"`
+	P50Us        float64 `json:"p50_us"`
+	P90Us        float64 `json:"p90_us"`
+	P99Us        float64 `json:"p99_us"`
+	MaxUs        float64 `json:"max_us"`
+	P99Supported bool    `json:"p99_supported"`
+	TailP        float64 `json:"tail_p"`
+	TailUs       float64 `json:"tail_us"`
+}
+
+// OnRampRun is one run of a variant.
+type OnRampRun struct {
+	Repeat int    `json:"repeat"`
+	Seed   uint64 `json:"seed"`
+	// KernelCCs are the CCs TCP_INFO reported back.
+	KernelCCs []string `json:"kernel_ccs"`
+	// Requests were started; RequestsCompleted had every response
+	// arrive intact, and only they have an RCT.
+	Requests          int `json:"requests"`
+	RequestsCompleted int `json:"requests_completed"`
+	// RCT over this run's completed requests.
+	RCTP50Us float64 `json:"rct_p50_us"`
+	RCTP99Us float64 `json:"rct_p99_us"`
+	RCTMaxUs float64 `json:"rct_max_us"`
+	// StartLagP99Us is the 99th percentile over the requests of how late
+	// their last response started after the request's arrival: the
+	// emulation's scheduling delay, which RCT includes.
+	StartLagP99Us float64 `json:"start_lag_p99_us"`
+	// Responses, BackgroundFlows: flows started; ResponsesFailed,
+	// BackgroundFailed: those the sender saw fail.
+	Responses        int `json:"responses"`
+	ResponsesFailed  int `json:"responses_failed"`
+	BackgroundFlows  int `json:"background_flows"`
+	BackgroundFailed int `json:"background_failed"`
+	// LongFlowBps is the long flow's throughput after the first tenth of
+	// the run, from its TCP_INFO bytes acked; LongFlowFailed says the
+	// flow failed (then it is 0).
+	LongFlowBps    float64 `json:"long_flow_bps"`
+	LongFlowFailed bool    `json:"long_flow_failed"`
+	// SinkResults is what the client received: connections, and those
+	// whose bytes were short, corrupt or cut (SinkBad). Every started
+	// flow that succeeded has an intact sink result.
+	SinkResults int `json:"sink_results"`
+	SinkBad     int `json:"sink_bad"`
+	// FCT is the background flows' FCT by size bucket, this run alone.
+	FCT []FCTBucket `json:"fct"`
+	// FCTsByAppClock counts the flows (responses and background) timed
+	// to the client's FIN, for want of the kernel's ACK timestamp.
+	FCTsByAppClock int `json:"fcts_by_app_clock"`
+	// The bottleneck: its rate over the run, its queue (qdisc backlog
+	// samples), drops; Retransmits over every flow.
+	ThroughputBps  float64 `json:"throughput_bps"`
+	Utilization    float64 `json:"utilization"`
+	QueueP50Bytes  float64 `json:"queue_p50_bytes"`
+	QueueP99Bytes  float64 `json:"queue_p99_bytes"`
+	QueueMaxBytes  float64 `json:"queue_max_bytes"`
+	QueueSamples   int     `json:"queue_samples"`
+	Drops          uint64  `json:"drops"`
+	Retransmits    uint64  `json:"retransmits"`
+	CPUBusy        float64 `json:"cpu_busy"`
+	DurationMillis float64 `json:"duration_ms"`
+	// OnRamp is On-Ramp's counters over the run; absent without it.
+	OnRamp *OnRampCounters `json:"onramp,omitempty"`
+}
+
+// OnRampCounters are On-Ramp's counters over one run (onramp.Status):
+// pauses and pause time over the senders, β, and the raw counters, the
+// tc programs' summed over every interface and the shared sockops
+// program's once.
+type OnRampCounters struct {
+	Pauses       uint64  `json:"pauses"`
+	PauseSeconds float64 `json:"pause_seconds"`
+	// BetaP50 is the median over the senders of their flows' median β;
+	// absent when no flow measured β.
+	BetaP50 *float64 `json:"beta_p50,omitempty"`
+	// OWDP99MaxNs is the largest per-peer one-way delay p99 a sender saw.
+	OWDP99MaxNs int64             `json:"owd_p99_max_ns"`
+	Interfaces  int               `json:"interfaces"`
+	Counters    map[string]uint64 `json:"counters"`
+}
+
+// OnRampComparison is one CC without On-Ramp against with it. A ratio is
+// without/with: above 1, On-Ramp made the figure smaller (better for
+// times); NaN-free: a ratio whose denominator is 0 is left out.
+type OnRampComparison struct {
+	CC string `json:"cc"`
+	// RCT p99 and p50 of the pooled requests, and their ratios.
+	RCTP99WithoutUs float64  `json:"rct_p99_without_us"`
+	RCTP99WithUs    float64  `json:"rct_p99_with_us"`
+	RCTP99Ratio     *float64 `json:"rct_p99_ratio,omitempty"`
+	RCTP50Ratio     *float64 `json:"rct_p50_ratio,omitempty"`
+	// RCTTailP is the highest percentile both pooled samples support,
+	// and RCTTailRatio the ratio there.
+	RCTTailP     float64  `json:"rct_tail_p"`
+	RCTTailRatio *float64 `json:"rct_tail_ratio,omitempty"`
+	// LongFlow*Bps are the medians over the runs; LongFlowLoss is
+	// 1 − with/without (negative: On-Ramp's long flow was faster).
+	LongFlowWithoutBps float64  `json:"long_flow_without_bps"`
+	LongFlowWithBps    float64  `json:"long_flow_with_bps"`
+	LongFlowLoss       *float64 `json:"long_flow_loss,omitempty"`
+	// FCT compares the background flows' pooled p99 per size bucket.
+	FCT []FCTComparison `json:"fct"`
+	// WorseRCT: RCT p99 more than WorseMargin above without On-Ramp;
+	// WorseFCT: the buckets whose FCT p99 is.
+	WorseRCT bool     `json:"worse_rct"`
+	WorseFCT []string `json:"worse_fct"`
+}
+
+// FCTComparison is one size bucket's pooled background FCT p99 (nearest
+// rank, whatever the count) without and with On-Ramp.
+type FCTComparison struct {
+	Bucket       string   `json:"bucket"`
+	CountWithout int      `json:"count_without"`
+	CountWith    int      `json:"count_with"`
+	P99WithoutUs float64  `json:"p99_without_us"`
+	P99WithUs    float64  `json:"p99_with_us"`
+	Ratio        *float64 `json:"ratio,omitempty"`
+}
+
+// OnRampTargets are the On-Ramp issue's targets.
+type OnRampTargets struct {
+	// RCTRatio is the least RCT p99 ratio asked of RCTCC.
+	RCTRatio float64 `json:"rct_p99_ratio"`
+	RCTCC    string  `json:"rct_cc"`
+	// LongFlowLoss is the largest long-flow throughput loss asked of
+	// every CC.
+	LongFlowLoss float64 `json:"long_flow_loss"`
+	// WorseMargin is how far above the baseline a tail must be for the
+	// comparison to call it worse.
+	WorseMargin float64 `json:"worse_margin"`
+}
+
+// OnRampVerdict is whether the run met the targets: RCTMet is absent when
+// RCTCC did not run; LongFlowMet is over the CCs that have a loss;
+// Worse lists "CC: what" for every figure a CC made worse.
+type OnRampVerdict struct {
+	RCTMet      *bool    `json:"rct_met,omitempty"`
+	LongFlowMet bool     `json:"long_flow_met"`
+	Worse       []string `json:"worse"`
+}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ccload/ccload/bench/stats"
+)
+
+// onrampFigure is one per-run figure of the onramp scenario.
+type onrampFigure struct {
+	name string
+	of   func(OnRampRun) (float64, bool)
+}
+
+// onrampFigures lists the figures OnRampVariant.Figures summarises.
+func onrampFigures() []onrampFigure {
+	always := func(f func(OnRampRun) float64) func(OnRampRun) (float64, bool) {
+		return func(r OnRampRun) (float64, bool) { return f(r), true }
+	}
+	withOnRamp := func(f func(*OnRampCounters) float64) func(OnRampRun) (float64, bool) {
+		return func(r OnRampRun) (float64, bool) {
+			if r.OnRamp == nil {
+				return 0, false
+			}
+			return f(r.OnRamp), true
+		}
+	}
+	figs := []onrampFigure{
+		{"rct_p50_us", func(r OnRampRun) (float64, bool) { return r.RCTP50Us, r.RequestsCompleted > 0 }},
+		{"rct_p99_us", func(r OnRampRun) (float64, bool) { return r.RCTP99Us, r.RequestsCompleted > 0 }},
+		{"requests_completed", always(func(r OnRampRun) float64 { return float64(r.RequestsCompleted) })},
+		{"long_flow_bps", func(r OnRampRun) (float64, bool) { return r.LongFlowBps, !r.LongFlowFailed }},
+		{"throughput_bps", always(func(r OnRampRun) float64 { return r.ThroughputBps })},
+		{"utilization", always(func(r OnRampRun) float64 { return r.Utilization })},
+		{"queue_p50_bytes", always(func(r OnRampRun) float64 { return r.QueueP50Bytes })},
+		{"queue_p99_bytes", always(func(r OnRampRun) float64 { return r.QueueP99Bytes })},
+		{"queue_max_bytes", always(func(r OnRampRun) float64 { return r.QueueMaxBytes })},
+		{"drops", always(func(r OnRampRun) float64 { return float64(r.Drops) })},
+		{"retransmits", always(func(r OnRampRun) float64 { return float64(r.Retransmits) })},
+		{"start_lag_p99_us", always(func(r OnRampRun) float64 { return r.StartLagP99Us })},
+		{"cpu_busy", always(func(r OnRampRun) float64 { return r.CPUBusy })},
+		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
+		{"pause_seconds", withOnRamp(func(o *OnRampCounters) float64 { return o.PauseSeconds })},
+	}
+	for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
+		figs = append(figs, onrampFigure{"bg_fct_p99_us_" + bucketKey(b), func(r OnRampRun) (float64, bool) {
+			for _, f := range r.FCT {
+				if f.Bucket == b {
+					return f.P99Us, true
+				}
+			}
+			return 0, false
+		}})
+	}
+	return figs
+}
+
+// summariseOnRamp builds a variant's result from its runs, its pooled
+// RCTs (µs) and its background flows.
+func summariseOnRamp(v onrampVariant, runs []OnRampRun, rcts []float64, fcts []stats.FCT, ideal func(int64) time.Duration) OnRampVariant {
+	out := OnRampVariant{Name: v.String(), CC: v.cc, OnRamp: v.onramp, KernelCCs: []string{},
+		RCT: summariseRCT(rcts), FCT: pooledFCT(fcts, ideal), Figures: map[string]Spread{}, Runs: runs}
+	for _, r := range runs {
+		for _, k := range r.KernelCCs {
+			if !slices.Contains(out.KernelCCs, k) {
+				out.KernelCCs = append(out.KernelCCs, k)
+			}
+		}
+	}
+	slices.Sort(out.KernelCCs)
+	for _, f := range onrampFigures() {
+		var vs []float64
+		for _, r := range runs {
+			if x, ok := f.of(r); ok {
+				vs = append(vs, x)
+			}
+		}
+		if len(vs) > 0 {
+			out.Figures[f.name] = spreadOf(vs)
+		}
+	}
+	return out
+}
+
+// summariseRCT summarises RCTs in µs.
+func summariseRCT(us []float64) RCTSummary {
+	if len(us) == 0 {
+		return RCTSummary{}
+	}
+	s := stats.Sorted(us)
+	sum := 0.0
+	for _, x := range s {
+		sum += x
+	}
+	out := RCTSummary{Count: len(s), MeanUs: sum / float64(len(s)), P50Us: stats.Percentile(s, 50),
+		P90Us: stats.Percentile(s, 90), P99Us: stats.Percentile(s, 99), MaxUs: s[len(s)-1],
+		P99Supported: stats.Supports(len(s), 99), TailP: stats.SupportedPercentile(len(s))}
+	if out.TailP > 0 {
+		out.TailUs = stats.Percentile(s, out.TailP)
+	}
+	return out
+}
+
+// ratio is a/b, or nil when b is not positive.
+func ratio(a, b float64) *float64 {
+	if !(b > 0) {
+		return nil
+	}
+	v := a / b
+	return &v
+}
+
+// compareOnRamp compares each CC's variant without On-Ramp with its
+// variant with it, and judges the targets. rcts (µs) and fcts are the
+// variants' pooled RCTs and background flows, in the order of vs.
+func compareOnRamp(ccs []string, vs []OnRampVariant, rcts [][]float64, fcts [][]stats.FCT) ([]OnRampComparison, OnRampVerdict) {
+	find := func(cc string, on bool) (OnRampVariant, []float64, []stats.FCT, bool) {
+		for i, v := range vs {
+			if v.CC == cc && v.OnRamp == on {
+				return v, rcts[i], fcts[i], true
+			}
+		}
+		return OnRampVariant{}, nil, nil, false
+	}
+	verdict := OnRampVerdict{LongFlowMet: true, Worse: []string{}}
+	out := []OnRampComparison{}
+	for _, cc := range ccs {
+		without, rw, fw, ok1 := find(cc, false)
+		with, rr, fr, ok2 := find(cc, true)
+		if !ok1 || !ok2 {
+			continue
+		}
+		c := OnRampComparison{CC: cc, RCTP99WithoutUs: without.RCT.P99Us, RCTP99WithUs: with.RCT.P99Us, WorseFCT: []string{}}
+		c.RCTP99Ratio = ratio(without.RCT.P99Us, with.RCT.P99Us)
+		c.RCTP50Ratio = ratio(without.RCT.P50Us, with.RCT.P50Us)
+		c.RCTTailP = stats.SupportedPercentile(min(len(rw), len(rr)))
+		if c.RCTTailP > 0 {
+			c.RCTTailRatio = ratio(stats.Percentile(stats.Sorted(rw), c.RCTTailP), stats.Percentile(stats.Sorted(rr), c.RCTTailP))
+		}
+		c.LongFlowWithoutBps = without.Figures["long_flow_bps"].Median
+		c.LongFlowWithBps = with.Figures["long_flow_bps"].Median
+		if c.LongFlowWithoutBps > 0 {
+			loss := 1 - c.LongFlowWithBps/c.LongFlowWithoutBps
+			c.LongFlowLoss = &loss
+			if loss > OnRampTargetLongFlowLoss {
+				verdict.LongFlowMet = false
+			}
+		}
+		c.WorseRCT = without.RCT.Count > 0 && with.RCT.Count > 0 && with.RCT.P99Us > (1+onrampWorseMargin)*without.RCT.P99Us
+		if c.WorseRCT {
+			verdict.Worse = append(verdict.Worse, cc+": RCT p99")
+		}
+		for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
+			nw, p99w := bucketP99(fw, b)
+			nr, p99r := bucketP99(fr, b)
+			if nw == 0 || nr == 0 {
+				continue
+			}
+			x := FCTComparison{Bucket: b, CountWithout: nw, CountWith: nr, P99WithoutUs: p99w, P99WithUs: p99r}
+			x.Ratio = ratio(x.P99WithoutUs, x.P99WithUs)
+			c.FCT = append(c.FCT, x)
+			if b != stats.BucketAll && x.P99WithUs > (1+onrampWorseMargin)*x.P99WithoutUs {
+				c.WorseFCT = append(c.WorseFCT, b)
+				verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: background FCT p99 %s", cc, b))
+			}
+		}
+		if c.FCT == nil {
+			c.FCT = []FCTComparison{}
+		}
+		if cc == OnRampTargetCC && c.RCTP99Ratio != nil {
+			met := *c.RCTP99Ratio >= OnRampTargetRCTRatio
+			verdict.RCTMet = &met
+		}
+		out = append(out, c)
+	}
+	return out, verdict
+}
+
+// bucketP99 is how many of fcts are in size bucket b (stats.BucketAll:
+// all of them) and their nearest-rank 99th percentile in µs, whatever
+// their count.
+func bucketP99(fcts []stats.FCT, b string) (int, float64) {
+	var us []float64
+	for _, f := range fcts {
+		if b == stats.BucketAll || stats.BucketOf(f.Bytes) == b {
+			us = append(us, float64(f.Duration)/float64(time.Microsecond))
+		}
+	}
+	if len(us) == 0 {
+		return 0, 0
+	}
+	return len(us), stats.Percentile(stats.Sorted(us), 99)
+}
