@@ -3,18 +3,13 @@ package loader
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
-	"golang.org/x/sys/unix"
-
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/tracebuf"
 )
 
 // TraceEvent is what a congestion control saw and did on one ACK
@@ -73,111 +68,46 @@ func networkOrderAddr(v uint32) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
-// monotonicBoot is the wall-clock time of CLOCK_MONOTONIC zero, to turn
-// bpf_ktime_get_ns() into times.
-func monotonicBoot() time.Time {
-	now := time.Now()
-	mono, err := monotonicNow()
-	if err != nil {
-		return now
-	}
-	return now.Add(-mono)
-}
-
 // Tracer reads the per-ACK records of one attached CC. Tracing is on in
 // the kernel from OpenTrace until Close; one tracer at a time gets the
 // records.
 type Tracer struct {
-	name   string
-	events *ebpf.Map
-	on     *ebpf.Map
-	rd     *ringbuf.Reader
+	rd *tracebuf.Reader
 }
 
 // OpenTrace switches tracing of the attached CC name on. It fails, with
 // nothing switched on, when name is not attached or keeps no trace, so a
 // caller can check that before it prints anything.
-func (l *Loader) OpenTrace(name string) (_ *Tracer, err error) {
+func (l *Loader) OpenTrace(name string) (*Tracer, error) {
 	cc, err := Lookup(name)
 	if err != nil {
 		return nil, err
 	}
 	dir := l.PinDir(cc.Name)
-	t := &Tracer{name: cc.Name}
-	defer func() {
-		if err != nil {
-			t.Close()
-		}
-	}()
-	t.events, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapEvents), nil)
-	if errors.Is(err, os.ErrNotExist) {
+	if !kernel.Exists(filepath.Join(dir, mapEvents)) {
 		if !kernel.Exists(dir) {
 			return nil, kernel.NewError(kernel.KindNotAttached, "attach it first: ccload attach "+name, nil, "%s is not attached", name)
 		}
 		return nil, kernel.NewError(kernel.KindBadParam, "this CC keeps no trace (theta_powertcp, powertcp and hpcc do), or it was attached by an older ccload: detach and attach it again",
 			nil, "%s has no trace buffer", name)
 	}
+	rd, err := tracebuf.Open(filepath.Join(dir, mapEvents), filepath.Join(dir, mapTraceOn), cc.Name)
 	if err != nil {
-		return nil, fmt.Errorf("open %s trace buffer: %w", name, err)
+		return nil, err
 	}
-	if t.on, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapTraceOn), nil); err != nil {
-		return nil, fmt.Errorf("open %s trace switch: %w", name, err)
-	}
-	if t.rd, err = ringbuf.NewReader(t.events); err != nil {
-		return nil, fmt.Errorf("read %s trace buffer: %w", name, err)
-	}
-	if err := t.on.Put(uint32(0), uint32(1)); err != nil {
-		return nil, fmt.Errorf("switch %s tracing on: %w", name, err)
-	}
-	return t, nil
+	return &Tracer{rd: rd}, nil
 }
 
 // Run streams the records to fn until ctx ends or fn returns an error.
 func (t *Tracer) Run(ctx context.Context, fn func(TraceEvent) error) error {
-	stop := context.AfterFunc(ctx, func() { t.rd.Close() })
-	defer stop()
-	boot := monotonicBoot()
-	for {
-		rec, err := t.rd.Read()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ringbuf.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("read %s trace: %w", t.name, err)
-		}
-		e, err := decodeTraceEvent(rec.RawSample, boot)
+	return t.rd.Run(ctx, func(raw []byte, boot time.Time) error {
+		e, err := decodeTraceEvent(raw, boot)
 		if err != nil {
 			return err
 		}
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
+		return fn(e)
+	})
 }
 
 // Close switches tracing off and releases the buffer.
-func (t *Tracer) Close() error {
-	var err error
-	if t.on != nil {
-		err = t.on.Put(uint32(0), uint32(0))
-		t.on.Close()
-	}
-	if t.rd != nil {
-		t.rd.Close()
-	}
-	if t.events != nil {
-		t.events.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("switch %s tracing off: %w", t.name, err)
-	}
-	return nil
-}
-
-func monotonicNow() (time.Duration, error) {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0, err
-	}
-	return time.Duration(ts.Nano()), nil
-}
+func (t *Tracer) Close() error { return t.rd.Close() }

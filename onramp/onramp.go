@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -43,46 +42,20 @@ func (o *OnRamp) root() string { return filepath.Join(o.host.PinRoot(), onrampDi
 
 func (o *OnRamp) dir(k pin.IfaceKey) string { return filepath.Join(o.root(), k.String()) }
 
-// pinPath is the pin of the program on side of an interface's directory.
-func pinPath(dir string, side qdisc.Direction) string { return filepath.Join(dir, "tc_"+side.String()) }
-
-func sides() []qdisc.Direction { return []qdisc.Direction{qdisc.Egress, qdisc.Ingress} }
-
 // instances returns the keys of On-Ramp's interfaces in network namespace
 // ns: all of them (ifindex < 0), the one with index ifindex, and those
 // left from a deleted interface that was called iface.
 func (o *OnRamp) instances(iface string, ifindex int, ns uint64) ([]pin.IfaceKey, error) {
-	entries, err := os.ReadDir(o.root())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	keys, err := pin.FindIfaceDirs(o.root(), iface, ifindex, ns)
 	if err != nil {
 		return nil, fmt.Errorf("list On-Ramp's interfaces: %w", err)
 	}
-	var keys []pin.IfaceKey
-	for _, e := range entries {
-		k, ok := pin.ParseIfaceKey(e.Name())
-		if !ok || !e.IsDir() || k.Netns != ns {
-			continue
-		}
-		if ifindex < 0 || k.Index == ifindex || (k.Name == iface && pin.IfaceGone(k.Index)) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Name < keys[j].Name })
 	return keys, nil
 }
 
 // attached reports whether both programs of instance k still run.
 func (o *OnRamp) attached(k pin.IfaceKey) bool {
-	iface := pin.IfaceNow(k)
-	for _, side := range sides() {
-		info, err := qdisc.InspectPinned(iface, side, pinPath(o.dir(k), side))
-		if err != nil || !info.Attached {
-			return false
-		}
-	}
-	return true
+	return qdisc.InspectPinnedSides(pin.IfaceNow(k), o.dir(k)).Attached
 }
 
 // lookup finds iface in the calling thread's network namespace.
@@ -234,7 +207,7 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 			atts[i].Close()
 		}
 	})
-	for _, side := range sides() {
+	for _, side := range qdisc.Sides() {
 		prog := objs.OnrampEgress
 		if side == qdisc.Ingress {
 			prog = objs.OnrampIngress
@@ -249,7 +222,7 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 			return nil, fmt.Errorf("attach On-Ramp to %s %s: %w", key.Name, side, err)
 		}
 		atts = append(atts, a)
-		if err := a.Pin(pinPath(stage.Path(""), side)); err != nil {
+		if err := a.Pin(qdisc.SidePin(stage.Path(""), side)); err != nil {
 			return nil, fmt.Errorf("pin On-Ramp's %s program: %w", side, err)
 		}
 	}
@@ -305,17 +278,9 @@ func (o *OnRamp) Disable(iface string) (bool, error) {
 	if err := kernel.CheckCaps(); err != nil {
 		return false, err
 	}
-	ns, err := pin.CurrentNetns()
+	ns, ifindex, err := pin.DetachTarget(iface)
 	if err != nil {
 		return false, err
-	}
-	ifindex := 0
-	ifi, err := qdisc.LookupInterface(iface)
-	if err != nil {
-		return false, err
-	}
-	if ifi != nil {
-		ifindex = ifi.Index
 	}
 	keys, err := o.instances(iface, ifindex, ns)
 	if err != nil {
@@ -336,19 +301,9 @@ func (o *OnRamp) remove(k pin.IfaceKey) error {
 	dir := o.dir(k)
 	iface := pin.IfaceNow(k)
 	gone := pin.IfaceGone(k.Index)
-	for _, side := range sides() {
-		path := pinPath(dir, side)
-		info, err := qdisc.InspectPinned(iface, side, path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err == nil && info.Attached {
-			err = qdisc.DetachPinned(iface, side, path)
-		}
-		if err != nil && !gone {
-			return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s %s` and `bpftool net`, then remove %s by hand", iface, side, dir),
-				err, "detach On-Ramp from %s %s", iface, side)
-		}
+	if err := qdisc.DetachPinnedSides(iface, dir); err != nil && !gone {
+		return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s` and `bpftool net`, then remove %s by hand", iface, dir),
+			err, "detach On-Ramp")
 	}
 	ownFQ := kernel.Exists(filepath.Join(dir, markFQInstalled))
 	if err := os.RemoveAll(dir); err != nil {

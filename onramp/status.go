@@ -129,18 +129,10 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 		Peers: []string{}, PeerStats: []PeerStatus{}, Stats: map[string]uint64{}}
 	note := func(format string, args ...any) { st.Notes = append(st.Notes, fmt.Sprintf(format, args...)) }
 
-	st.Attached = true
-	for _, side := range sides() {
-		info, err := qdisc.InspectPinned(st.Iface, side, pinPath(dir, side))
-		if err != nil {
-			note("cannot inspect On-Ramp's %s program: %v", side, err)
-			st.Attached = false
-			continue
-		}
-		if side == qdisc.Egress {
-			st.Method = info.Method
-		}
-		st.Attached = st.Attached && info.Attached
+	sides := qdisc.InspectPinnedSides(st.Iface, dir)
+	st.Method, st.Attached = sides.Method, sides.Attached
+	for _, p := range sides.Problems {
+		note("%s", p)
 	}
 	if !st.Attached {
 		note("On-Ramp is no longer attached to %s (the interface was deleted, or its filters removed); remove its pins with: ccload onramp disable --iface %s", st.Iface, st.Iface)

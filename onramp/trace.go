@@ -3,15 +3,13 @@ package onramp
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
+	"github.com/ccload/ccload/internal/tracebuf"
 )
 
 // TraceEvent is what the sender's control saw and did on one echo
@@ -94,39 +92,23 @@ func (e TraceEvent) String() string {
 // Tracer reads the per-echo records of On-Ramp on one interface. Tracing
 // is on from OpenTrace until Close; one tracer at a time gets the records.
 type Tracer struct {
-	iface  string
-	events *ebpf.Map
-	on     *ebpf.Map
-	rd     *ringbuf.Reader
+	iface string
+	rd    *tracebuf.Reader
 }
 
 // OpenTrace switches tracing on for On-Ramp on iface ("" is the only
 // interface with On-Ramp in this network namespace).
-func (o *OnRamp) OpenTrace(iface string) (_ *Tracer, err error) {
+func (o *OnRamp) OpenTrace(iface string) (*Tracer, error) {
 	k, err := o.instanceFor(iface)
 	if err != nil {
 		return nil, err
 	}
 	dir := o.dir(k)
-	t := &Tracer{iface: k.Name}
-	defer func() {
-		if err != nil {
-			t.Close()
-		}
-	}()
-	if t.events, err = ebpf.LoadPinnedMap(filepath.Join(dir, onrampMapOnrampTrace), nil); err != nil {
-		return nil, fmt.Errorf("open On-Ramp's trace buffer on %s: %w", k.Name, err)
+	rd, err := tracebuf.Open(filepath.Join(dir, onrampMapOnrampTrace), filepath.Join(dir, onrampMapOnrampTraceOn), "On-Ramp's")
+	if err != nil {
+		return nil, fmt.Errorf("on %s: %w", k.Name, err)
 	}
-	if t.on, err = ebpf.LoadPinnedMap(filepath.Join(dir, onrampMapOnrampTraceOn), nil); err != nil {
-		return nil, fmt.Errorf("open On-Ramp's trace switch on %s: %w", k.Name, err)
-	}
-	if t.rd, err = ringbuf.NewReader(t.events); err != nil {
-		return nil, fmt.Errorf("read On-Ramp's trace buffer on %s: %w", k.Name, err)
-	}
-	if err := t.on.Put(uint32(0), uint32(1)); err != nil {
-		return nil, fmt.Errorf("switch On-Ramp's tracing on: %w", err)
-	}
-	return t, nil
+	return &Tracer{iface: k.Name, rd: rd}, nil
 }
 
 // Interface is the interface the tracer reads.
@@ -134,42 +116,14 @@ func (t *Tracer) Interface() string { return t.iface }
 
 // Run streams the records to fn until ctx ends or fn returns an error.
 func (t *Tracer) Run(ctx context.Context, fn func(TraceEvent) error) error {
-	stop := context.AfterFunc(ctx, func() { t.rd.Close() })
-	defer stop()
-	boot := time.Now().Add(-time.Duration(monoNow()))
-	for {
-		rec, err := t.rd.Read()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ringbuf.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("read On-Ramp's trace: %w", err)
-		}
-		e, err := decodeTrace(rec.RawSample, boot)
+	return t.rd.Run(ctx, func(raw []byte, boot time.Time) error {
+		e, err := decodeTrace(raw, boot)
 		if err != nil {
 			return err
 		}
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
+		return fn(e)
+	})
 }
 
 // Close switches tracing off and releases the buffer.
-func (t *Tracer) Close() error {
-	var err error
-	if t.on != nil {
-		err = t.on.Put(uint32(0), uint32(0))
-		t.on.Close()
-	}
-	if t.rd != nil {
-		t.rd.Close()
-	}
-	if t.events != nil {
-		t.events.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("switch On-Ramp's tracing off: %w", err)
-	}
-	return nil
-}
+func (t *Tracer) Close() error { return t.rd.Close() }

@@ -11,7 +11,8 @@
  * at load time.
  *
  *   FP_ONE (2^16)        dimensionless ratios: normalised power, the RTT
- *                        gradient d(RTT)/dt, and PowerTCP's gamma.
+ *                        gradient d(RTT)/dt, PowerTCP's gamma, and
+ *                        On-Ramp's beta and its EWMA gain (onramp.h).
  *                        1.0 == 65536.
  *   DCTCP_ALPHA_ONE      DCTCP's alpha, 1.0 == 1024, the scale the
  *   (2^10)               kernel's own tcp_dctcp uses, so the arithmetic

@@ -8,9 +8,11 @@ package pin
 // namespace lives. See IfaceKey.
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -140,4 +142,50 @@ func EnsureLasting(host kernel.Host, what, fix string) ([]string, error) {
 			host.BPFFS, what)
 	}
 	return host.EnsureBPFFS()
+}
+
+// FindIfaceDirs lists the per-interface directories below root (named by
+// IfaceKey) of network namespace ns: every one when ifindex < 0; else
+// those of the interface with index ifindex, and those left from a
+// deleted interface that was called name. They are sorted by name.
+func FindIfaceDirs(root, name string, ifindex int, ns uint64) ([]IfaceKey, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", root, err)
+	}
+	var keys []IfaceKey
+	for _, e := range entries {
+		k, ok := ParseIfaceKey(e.Name())
+		if !ok || !e.IsDir() || k.Netns != ns {
+			continue
+		}
+		if ifindex < 0 || k.Index == ifindex || (k.Name == name && IfaceGone(k.Index)) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Name < keys[j].Name })
+	return keys, nil
+}
+
+// DetachTarget resolves the interface that a detach names, in the calling
+// thread's network namespace: the namespace, and the interface's index,
+// or 0 when no interface has that name any more (its pins are then found
+// by the name it had).
+func DetachTarget(name string) (ns uint64, ifindex int, err error) {
+	if ns, err = CurrentNetns(); err != nil {
+		return 0, 0, err
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, 0, fmt.Errorf("list network interfaces: %w", err)
+	}
+	for _, ifi := range ifs {
+		if ifi.Name == name {
+			return ns, ifi.Index, nil
+		}
+	}
+	return ns, 0, nil
 }

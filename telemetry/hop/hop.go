@@ -160,7 +160,7 @@ func load(cfg Config) (*intHopObjects, error) {
 }
 
 // attach attaches the programs of objs that cfg asks for to cfg.Iface.
-// When pinDir is not "", it pins each attachment there, as pinPath names
+// When pinDir is not "", it pins each attachment there, as qdisc.SidePin names
 // it. On error it detaches what it attached.
 func attach(objs *intHopObjects, cfg Config, pinDir string) (_ []*qdisc.Attachment, err error) {
 	var atts []*qdisc.Attachment
@@ -178,7 +178,7 @@ func attach(objs *intHopObjects, cfg Config, pinDir string) (_ []*qdisc.Attachme
 		}
 		atts = append(atts, att)
 		if pinDir != "" {
-			if err := att.Pin(pinPath(pinDir, p.dir)); err != nil {
+			if err := att.Pin(qdisc.SidePin(pinDir, p.dir)); err != nil {
 				return nil, fmt.Errorf("pin INT hop program %s: %w", p.prog, err)
 			}
 		}

@@ -83,14 +83,6 @@ type Status struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// pinPath is the pin of the attachment on side dir in a hop's directory.
-func pinPath(dir string, side qdisc.Direction) string {
-	return filepath.Join(dir, "tc_"+side.String())
-}
-
-// sides lists the sides of an interface a hop may have a program on.
-func sides() []qdisc.Direction { return []qdisc.Direction{qdisc.Egress, qdisc.Ingress} }
-
 // Pins attaches, lists and removes the pinned INT hops of a host. Like
 // the loader it keeps no state: everything is in the kernel and in bpffs.
 type Pins struct {
@@ -109,22 +101,9 @@ func (l *Pins) dir(k pin.IfaceKey) string { return filepath.Join(l.root(), k.Str
 // interface), and those left from a deleted interface that was called
 // iface.
 func (l *Pins) findHops(iface string, ifindex int, ns uint64) ([]pin.IfaceKey, error) {
-	entries, err := os.ReadDir(l.root())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	keys, err := pin.FindIfaceDirs(l.root(), iface, ifindex, ns)
 	if err != nil {
 		return nil, fmt.Errorf("list pinned INT hops: %w", err)
-	}
-	var keys []pin.IfaceKey
-	for _, e := range entries {
-		k, ok := pin.ParseIfaceKey(e.Name())
-		if !ok || !e.IsDir() || k.Netns != ns {
-			continue
-		}
-		if k.Index == ifindex || (k.Name == iface && pin.IfaceGone(k.Index)) {
-			keys = append(keys, k)
-		}
 	}
 	return keys, nil
 }
@@ -285,17 +264,9 @@ func (l *Pins) Detach(iface string) (bool, error) {
 	if err := kernel.CheckCaps(); err != nil {
 		return false, err
 	}
-	ns, err := pin.CurrentNetns()
+	ns, ifindex, err := pin.DetachTarget(iface)
 	if err != nil {
 		return false, err
-	}
-	ifindex := 0
-	ifi, err := qdisc.LookupInterface(iface)
-	if err != nil {
-		return false, err
-	}
-	if ifi != nil {
-		ifindex = ifi.Index
 	}
 	keys, err := l.findHops(iface, ifindex, ns)
 	if err != nil {
@@ -314,19 +285,9 @@ func (l *Pins) Detach(iface string) (bool, error) {
 func (l *Pins) removeHop(k pin.IfaceKey) error {
 	dir := l.dir(k)
 	iface := pin.IfaceNow(k)
-	for _, side := range sides() {
-		path := pinPath(dir, side)
-		info, err := qdisc.InspectPinned(iface, side, path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err == nil && info.Attached {
-			err = qdisc.DetachPinned(iface, side, path)
-		}
-		if err != nil {
-			return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s %s` and `bpftool net`, then remove %s by hand", iface, side, dir),
-				err, "detach the INT hop from %s %s", iface, side)
-		}
+	if err := qdisc.DetachPinnedSides(iface, dir); err != nil {
+		return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s` and `bpftool net`, then remove %s by hand", iface, dir),
+			err, "detach the INT hop")
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove the INT hop's pins %s: %w", dir, err)
@@ -341,18 +302,13 @@ func (l *Pins) List() ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(l.root())
-	if errors.Is(err, os.ErrNotExist) {
-		return []Status{}, nil
-	}
+	keys, err := l.findHops("", -1, ns)
 	if err != nil {
-		return nil, fmt.Errorf("list pinned INT hops: %w", err)
+		return nil, err
 	}
 	hops := []Status{}
-	for _, e := range entries {
-		if k, ok := pin.ParseIfaceKey(e.Name()); ok && e.IsDir() && k.Netns == ns {
-			hops = append(hops, l.readHop(k))
-		}
+	for _, k := range keys {
+		hops = append(hops, l.readHop(k))
 	}
 	sort.Slice(hops, func(i, j int) bool { return hops[i].Iface < hops[j].Iface })
 	return hops, nil
@@ -394,26 +350,10 @@ func (l *Pins) readHop(k pin.IfaceKey) Status {
 		}
 	}
 
-	found := 0
-	st.Attached = true
-	for _, side := range sides() {
-		info, err := qdisc.InspectPinned(st.Iface, side, pinPath(dir, side))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		found++
-		if err != nil {
-			note("cannot inspect the hop's %s program: %v", side, err)
-			st.Attached = false
-			continue
-		}
-		if side == qdisc.Egress {
-			st.Method = info.Method
-		}
-		st.Attached = st.Attached && info.Attached
-	}
-	if found == 0 {
-		st.Attached = false
+	sides := qdisc.InspectPinnedSides(st.Iface, dir)
+	st.Method, st.Attached = sides.Method, sides.Attached
+	for _, p := range sides.Problems {
+		note("%s", p)
 	}
 	if !st.Attached {
 		note("the hop is no longer attached (its interface was deleted, or its filter removed by other means); remove its pins with: ccload int hop --iface %s --off", st.Iface)
