@@ -148,14 +148,9 @@ func OpenForAgent(host kernel.Host) (_ *Offsets, err error) {
 	if _, err := host.EnsureBPFFS(); err != nil {
 		return nil, err
 	}
-	dir, err := Dir(host)
+	dir, err := ensureMap(host)
 	if err != nil {
 		return nil, err
-	}
-	if !kernel.Exists(dir) {
-		if err := createPinned(host, dir); err != nil {
-			return nil, err
-		}
 	}
 	lock, err := os.Open(dir)
 	if err != nil {
@@ -206,16 +201,26 @@ func OpenReadOnly(host kernel.Host) (*Offsets, error) {
 // it starts, so the reader and the agent always share one map. Until an
 // agent publishes, the map is empty and readers find no peer.
 func DataPathMap(host kernel.Host) (*ebpf.Map, error) {
-	dir, err := Dir(host)
+	dir, err := ensureMap(host)
 	if err != nil {
 		return nil, err
 	}
+	return loadPinned(dir)
+}
+
+// ensureMap returns the directory of the calling thread's network
+// namespace's clock map, creating and pinning the map when it is missing.
+func ensureMap(host kernel.Host) (string, error) {
+	dir, err := Dir(host)
+	if err != nil {
+		return "", err
+	}
 	if !kernel.Exists(dir) {
 		if err := createPinned(host, dir); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
-	return loadPinned(dir)
+	return dir, nil
 }
 
 // createPinned creates the map from bpf/clock.c's object and pins it at

@@ -272,6 +272,7 @@ func TestDataPath(t *testing.T) {
 		{"PauseArithmetic", testPauseArithmetic}, {"MaxPauseClamp", testMaxPauseClamp},
 		{"BetaEWMA", testBetaEWMA}, {"StaleAndRepeatedEchoes", testStaleAndRepeatedEchoes},
 		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
+		{"AutoThreshold", testAutoThreshold},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -545,5 +546,26 @@ func testDepartureNeverGoesBackwards(t *testing.T, rg *rig) {
 				t.Errorf("delayed = %d, want 2", r.stat("delayed"))
 			}
 		})
+	}
+}
+
+// testAutoThreshold: with --threshold auto, T for a peer is its least
+// one-way delay plus twice the clock agent's error for it.
+func testAutoThreshold(t *testing.T, rg *rig) {
+	c := conns[0]
+	r := rg.use(t, Config{AutoThreshold: true, Threshold: time.Second})
+	r.putClock(c.receiver, 0, 5_000) // σ_clk = 5 µs: T = least + 10 µs
+	k := c.key(true)
+	// Establish the least delay, 400 µs: with the fallback T of 1 s, no
+	// pause.
+	r.setFlow(k, onrampOnrampFlow{Beta: fpOne})
+	r.run(r.objs.OnrampIngress, echoAt(t, c, 400*time.Microsecond, 420*time.Microsecond, 0))
+	if f := r.flow(k); f.T_next != 0 {
+		t.Fatalf("paused on the first sample")
+	}
+	// 430 µs is 20 µs above T = 410 µs.
+	lo, hi, paused, _ := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne, HavePrev: 1, PrevTx: 1}, 430*time.Microsecond, 0)
+	if want := 20 * time.Microsecond; !paused || want < lo || want > hi {
+		t.Errorf("paused between %v and %v (paused %v), want %v: T = 400µs least + 2 × 5µs", lo, hi, paused, want)
 	}
 }

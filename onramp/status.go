@@ -71,8 +71,11 @@ type Status struct {
 // NoSpace counts segments that went out without an option for lack of
 // room (see the budget in docs/onramp-option.md).
 type NoSpace struct {
-	Stamp    uint64 `json:"onramp_stamp"`
-	Echo     uint64 `json:"onramp_echo"`
+	Stamp uint64 `json:"onramp_stamp"`
+	Echo  uint64 `json:"onramp_echo"`
+	// Unfilled counts room reserved for On-Ramp that its tc program could
+	// not fill (an option at an odd offset, a full flow table).
+	Unfilled uint64 `json:"onramp_unfilled"`
 	INTTag   uint64 `json:"int_tag"`
 	INTEcho  uint64 `json:"int_echo"`
 	Combined uint64 `json:"total"`
@@ -98,19 +101,11 @@ type PeerStatus struct {
 // Status reports On-Ramp on every interface of the calling thread's
 // network namespace.
 func (o *OnRamp) Status() ([]Status, error) {
-	ns, err := pin.CurrentNetns()
+	st, err := pin.ListIfaceDirs(o.root(), o.read)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list On-Ramp's interfaces: %w", err)
 	}
-	keys, err := o.instances("", -1, ns)
-	if err != nil {
-		return nil, err
-	}
-	out := []Status{}
-	for _, k := range keys {
-		out = append(out, o.read(k))
-	}
-	return out, nil
+	return st, nil
 }
 
 // monoNow is CLOCK_MONOTONIC in ns, the clock of t_next.
@@ -178,7 +173,8 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 	if in, err := sockops.New(o.host).Status(); err == nil && in.Enabled {
 		st.NoSpace.INTTag, st.NoSpace.INTEcho = in.Stats["tag_no_space"], in.Stats["echo_no_space"]
 	}
-	st.NoSpace.Combined = st.NoSpace.Stamp + st.NoSpace.Echo + st.NoSpace.INTTag + st.NoSpace.INTEcho
+	st.NoSpace.Unfilled = st.Stats["stamp_failed"]
+	st.NoSpace.Combined = st.NoSpace.Stamp + st.NoSpace.Echo + st.NoSpace.Unfilled + st.NoSpace.INTTag + st.NoSpace.INTEcho
 
 	if err := o.readFlows(dir, &st); err != nil {
 		note("cannot read the flows: %v", err)

@@ -29,6 +29,19 @@ forwarding interface write its record; powertcp reads the echoes.`,
 	return c
 }
 
+// parsePeers reads --peers: prefixes such as 198.18.0.0/15 or fd00::/8.
+func parsePeers(peers []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, p := range peers {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--peers %q: %w", p, err)
+		}
+		out = append(out, pfx)
+	}
+	return out, nil
+}
+
 // parseTag reads --tag: every, nth=N or tso-head.
 func parseTag(s string) (every uint32, tsoOnly bool, err error) {
 	switch {
@@ -75,14 +88,10 @@ Running it again replaces the peers and policy in place.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			cfg := sockops.Config{Cgroup: cgroup, Slots: slots}
-			for _, p := range peers {
-				pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
-				if err != nil {
-					return usage(c, fmt.Errorf("--peers %q: %w", p, err))
-				}
-				cfg.Peers = append(cfg.Peers, pfx)
-			}
 			var err error
+			if cfg.Peers, err = parsePeers(peers); err != nil {
+				return usage(c, err)
+			}
 			if cfg.Every, cfg.TSOOnly, err = parseTag(tag); err != nil {
 				return usage(c, err)
 			}

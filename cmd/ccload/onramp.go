@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"net/netip"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -84,14 +83,10 @@ Running it again on the same interface updates the parameters in place.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			cfg := onramp.Config{Iface: iface, MaxPause: maxPause, ReplaceQdisc: replace, Strawman: strawman, Cgroup: cgroup}
-			for _, p := range peers {
-				pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
-				if err != nil {
-					return usage(c, fmt.Errorf("--peers %q: %w", p, err))
-				}
-				cfg.Peers = append(cfg.Peers, pfx)
-			}
 			var err error
+			if cfg.Peers, err = parsePeers(peers); err != nil {
+				return usage(c, err)
+			}
 			if cfg.Threshold, cfg.AutoThreshold, err = parseThreshold(threshold); err != nil {
 				return usage(c, err)
 			}
@@ -208,8 +203,8 @@ func (a *app) printOnRamp(st onramp.Status) {
 	fmt.Fprintf(a.out, "  %s\n  peers: %s\n", st.Settings, strings.Join(st.Peers, ", "))
 	fmt.Fprintf(a.out, "  flows %d, paused now %d; pauses %d, total %v; β p50 %.3f over %d flows\n",
 		st.Flows, st.FlowsPaused, st.Pauses, time.Duration(st.PauseSeconds*1e9).Round(time.Microsecond), st.BetaP50, st.BetaFlows)
-	fmt.Fprintf(a.out, "  no room for an option: %d segments (On-Ramp stamp %d, echo %d; INT tag %d, echo %d)\n",
-		st.NoSpace.Combined, st.NoSpace.Stamp, st.NoSpace.Echo, st.NoSpace.INTTag, st.NoSpace.INTEcho)
+	fmt.Fprintf(a.out, "  segments without an option: %d (no room: On-Ramp stamp %d, echo %d, INT tag %d, echo %d; room not filled: %d)\n",
+		st.NoSpace.Combined, st.NoSpace.Stamp, st.NoSpace.Echo, st.NoSpace.INTTag, st.NoSpace.INTEcho, st.NoSpace.Unfilled)
 	for _, n := range st.Notes {
 		fmt.Fprintf(a.out, "  note: %s\n", n)
 	}

@@ -189,3 +189,21 @@ func DetachTarget(name string) (ns uint64, ifindex int, err error) {
 	}
 	return ns, 0, nil
 }
+
+// ListIfaceDirs reads every per-interface directory below root of the
+// calling thread's network namespace with read, in name order.
+func ListIfaceDirs[T any](root string, read func(IfaceKey) T) ([]T, error) {
+	ns, err := CurrentNetns()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := FindIfaceDirs(root, "", -1, ns)
+	if err != nil {
+		return nil, err
+	}
+	out := []T{}
+	for _, k := range keys {
+		out = append(out, read(k))
+	}
+	return out, nil
+}

@@ -298,17 +298,9 @@ func (l *Pins) removeHop(k pin.IfaceKey) error {
 // List lists the pinned INT hops of the calling thread's network
 // namespace, by interface name, with their config and counters.
 func (l *Pins) List() ([]Status, error) {
-	ns, err := pin.CurrentNetns()
+	hops, err := pin.ListIfaceDirs(l.root(), l.readHop)
 	if err != nil {
-		return nil, err
-	}
-	keys, err := l.findHops("", -1, ns)
-	if err != nil {
-		return nil, err
-	}
-	hops := []Status{}
-	for _, k := range keys {
-		hops = append(hops, l.readHop(k))
+		return nil, fmt.Errorf("list pinned INT hops: %w", err)
 	}
 	sort.Slice(hops, func(i, j int) bool { return hops[i].Iface < hops[j].Iface })
 	return hops, nil
