@@ -59,20 +59,25 @@ const (
 	// DefaultOnRampECNBytes is DCTCP's K: 1.6 ms at 100 Mbit/s, under T,
 	// so that DCTCP keeps its queue below On-Ramp's threshold and On-Ramp
 	// acts on transients only.
-	DefaultOnRampECNBytes     = 20_000
-	DefaultOnRampFanout       = 16
-	DefaultOnRampResponse     = 64 << 10
-	DefaultOnRampIncastLoad   = 0.2
-	DefaultOnRampLoad         = 0.4
-	DefaultOnRampBackground   = 4
-	DefaultOnRampGSOBytes     = 8 << 10
-	DefaultOnRampThreshold    = 2 * time.Millisecond
-	DefaultOnRampMaxPause     = 100 * time.Millisecond
-	DefaultOnRampSampleEvery  = time.Millisecond
-	defaultOnRampDuration     = 15 * time.Second
-	quickOnRampDuration       = 4 * time.Second
-	maxOnRampRequests         = 5000
-	quickOnRampRequests       = 8
+	DefaultOnRampECNBytes    = 20_000
+	DefaultOnRampFanout      = 16
+	DefaultOnRampResponse    = 64 << 10
+	DefaultOnRampIncastLoad  = 0.2
+	DefaultOnRampLoad        = 0.4
+	DefaultOnRampBackground  = 4
+	DefaultOnRampGSOBytes    = 8 << 10
+	DefaultOnRampThreshold   = 2 * time.Millisecond
+	DefaultOnRampMaxPause    = 100 * time.Millisecond
+	DefaultOnRampSampleEvery = time.Millisecond
+	defaultOnRampDuration    = 15 * time.Second
+	quickOnRampDuration      = 4 * time.Second
+	maxOnRampRequests        = 5000
+	quickOnRampRequests      = 8
+	// A quick run has fewer servers and background senders: enabling
+	// On-Ramp verifies its programs once per interface, seconds each in
+	// a TCG guest.
+	quickOnRampFanout         = 8
+	quickOnRampBackground     = 2
 	onrampLongFlowSampleEvery = 20 * time.Millisecond
 	// onrampWorseMargin is how much higher a tail must be with On-Ramp
 	// than without before the comparison calls it worse: the runs of a
@@ -106,7 +111,8 @@ type OnRampConfig struct {
 	// Duration is each run's traffic time.
 	Duration time.Duration
 	// Quick shortens the run for smoke tests: Duration 4 s, at most 8
-	// requests a run, web-search flows capped at 1 MB.
+	// requests a run, web-search flows capped at 1 MB, and unless given,
+	// 8 servers and 2 background senders.
 	Quick bool
 	// RateBps and BufferBytes shape the bottleneck.
 	RateBps     uint64
@@ -177,6 +183,9 @@ func (c OnRampConfig) withDefaults() OnRampConfig {
 	}
 	if c.Fanout == 0 {
 		c.Fanout = DefaultOnRampFanout
+		if c.Quick {
+			c.Fanout = quickOnRampFanout
+		}
 	}
 	if c.ResponseBytes == 0 {
 		c.ResponseBytes = DefaultOnRampResponse
@@ -189,6 +198,9 @@ func (c OnRampConfig) withDefaults() OnRampConfig {
 	}
 	if c.BackgroundSenders == 0 {
 		c.BackgroundSenders = DefaultOnRampBackground
+		if c.Quick {
+			c.BackgroundSenders = quickOnRampBackground
+		}
 	}
 	if c.GSOBytes == 0 {
 		c.GSOBytes = DefaultOnRampGSOBytes

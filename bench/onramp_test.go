@@ -105,10 +105,14 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		summariseOnRamp(vs[0], []OnRampRun{run(400_000, 40e6, false)}, rcts(100_000), fcts(10*time.Millisecond), ideal),
 		summariseOnRamp(vs[1], []OnRampRun{run(100_000, 39e6, true)}, rcts(25_000), fcts(12*time.Millisecond), ideal),
 	}
+	variants[0].NetRCT, variants[1].NetRCT = summariseRCT(rcts(80_000)), summariseRCT(rcts(40_000))
 	cmp, verdict := compareOnRamp([]string{"cubic"}, variants, [][]float64{rcts(100_000), rcts(25_000)},
-		[][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
+		[][]float64{rcts(80_000), rcts(40_000)}, [][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
 	if len(cmp) != 1 || cmp[0].RCTP99Ratio == nil || math.Abs(*cmp[0].RCTP99Ratio-4) > 1e-9 {
 		t.Fatalf("comparison %+v: want an RCT p99 ratio of 4", cmp)
+	}
+	if r := cmp[0].NetRCTP99Ratio; r == nil || math.Abs(*r-2) > 1e-9 {
+		t.Errorf("network RCT p99 ratio %v, want 2", r)
 	}
 	if l := cmp[0].LongFlowLoss; l == nil || math.Abs(*l-0.025) > 1e-9 {
 		t.Errorf("long-flow loss %v, want 0.025", l)
@@ -164,12 +168,15 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 }
 
 // TestOnRampScenarioQuick runs `ccload bench --scenario onramp --quick`
-// with every default CC and checks that its results are well formed, not
+// with cubic and bpf_dctcp (a kernel CC, and one of ccload's that needs
+// ECN: each CC costs two enables of On-Ramp, over a minute in a TCG
+// guest) and checks that its results are well formed, not
 // how well On-Ramp does: every variant ran once; every request, response,
 // background flow and the long flow completed, and the client received
 // every byte intact; no figure is NaN or infinite (results.json would not
 // encode) and the file validates against its schema; the runs with
-// On-Ramp have its counters, with echoes, and the runs without have none;
+// On-Ramp have its counters, with echoes and a clock offset for every
+// stamp and echo, and the runs without have none;
 // the plots exist; and nothing is left behind: no netns, no attached CC,
 // no On-Ramp pins. On a kernel without sch_fq it skips (it runs in the
 // vmtests guests).
@@ -185,9 +192,10 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, Prefix: "cbq"}, &progress)
+	ccs := []string{"cubic", "bpf_dctcp"}
+	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq"}, &progress)
 	t.Logf("progress:\n%s", progress.String())
-	if left := netnsWithPrefix(t, "cbq"); len(left) > 0 {
+	if left, _ := filepath.Glob("/var/run/netns/cbq*"); len(left) > 0 {
 		t.Errorf("network namespaces left behind: %v", left)
 	}
 	if errors.Is(err, qdisc.ErrNoFQ) {
@@ -203,7 +211,6 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	t.Logf("\n%s", table.String())
 
 	res := rep.Results
-	ccs := DefaultOnRampCCs()
 	if len(res.Variants) != 2*len(ccs) || len(res.Comparisons) != len(ccs) || len(res.Order) != 1 || len(res.Order[0]) != 2*len(ccs) {
 		t.Fatalf("%d variants, %d comparisons, order %v for %d CCs", len(res.Variants), len(res.Comparisons), res.Order, len(ccs))
 	}
@@ -225,13 +232,17 @@ func TestOnRampScenarioQuick(t *testing.T) {
 		if v.RCT.Count != r.RequestsCompleted || !(v.RCT.P50Us > 0) || v.RCT.P99Us < v.RCT.P50Us {
 			t.Errorf("%s: RCT %+v", v.Name, v.RCT)
 		}
+		if v.NetRCT.Count != v.RCT.Count || !(v.NetRCT.P50Us > 0) || v.NetRCT.MaxUs > v.RCT.MaxUs {
+			t.Errorf("%s: network RCT %+v against RCT %+v: a request's slowest response cannot outlast the request", v.Name, v.NetRCT, v.RCT)
+		}
 		if r.QueueSamples == 0 || !(r.Utilization > 0) {
 			t.Errorf("%s: %d queue samples, utilisation %v", v.Name, r.QueueSamples, r.Utilization)
 		}
 		if v.OnRamp != (r.OnRamp != nil) {
 			t.Errorf("%s: On-Ramp counters %v", v.Name, r.OnRamp)
 		}
-		if o := r.OnRamp; o != nil && (o.Interfaces != res.OnRamp.Interfaces || o.Counters["echoes"] == 0 || o.Counters["rx_stamps"] == 0) {
+		if o := r.OnRamp; o != nil && (o.Interfaces != res.OnRamp.Interfaces || o.Counters["echoes"] == 0 || o.Counters["rx_stamps"] == 0 ||
+			o.Counters["no_clock"] > 0 || o.Counters["rx_no_clock"] > 0) {
 			t.Errorf("%s: On-Ramp on %d of %d interfaces, counters %v", v.Name, o.Interfaces, res.OnRamp.Interfaces, o.Counters)
 		}
 		if v.CC == "bpf_dctcp" && !slices.Equal(v.KernelCCs, []string{"bpf_dctcp"}) {

@@ -117,8 +117,14 @@ type OnRampVariant struct {
 	ECN bool `json:"ecn"`
 	INT bool `json:"int"`
 	// RCT is the request completion times of every run's requests,
-	// pooled.
+	// pooled: from the request's arrival to the kernel's timestamp of the
+	// ACK of the last byte of its last response.
 	RCT RCTSummary `json:"rct"`
+	// NetRCT is, over the same requests, the completion time of each
+	// one's slowest response, from its own connect: the RCT without the
+	// time the emulation took to start the responses (StartLagP99Us),
+	// which grows with the CPU's load, as if all had started on time.
+	NetRCT RCTSummary `json:"net_rct"`
 	// FCT is the background flows' completion times by size bucket,
 	// pooled over the runs.
 	FCT []PooledFCT `json:"fct"`
@@ -160,6 +166,9 @@ type OnRampRun struct {
 	RCTP50Us float64 `json:"rct_p50_us"`
 	RCTP99Us float64 `json:"rct_p99_us"`
 	RCTMaxUs float64 `json:"rct_max_us"`
+	// NetRCT over the same requests (OnRampVariant.NetRCT).
+	NetRCTP50Us float64 `json:"net_rct_p50_us"`
+	NetRCTP99Us float64 `json:"net_rct_p99_us"`
 	// StartLagP99Us is the 99th percentile over the requests of how late
 	// their last response started after the request's arrival: the
 	// emulation's scheduling delay, which RCT includes.
@@ -231,6 +240,9 @@ type OnRampComparison struct {
 	// and RCTTailRatio the ratio there.
 	RCTTailP     float64  `json:"rct_tail_p"`
 	RCTTailRatio *float64 `json:"rct_tail_ratio,omitempty"`
+	// NetRCTP99Ratio is the same ratio of the network RCTs' p99
+	// (OnRampVariant.NetRCT).
+	NetRCTP99Ratio *float64 `json:"net_rct_p99_ratio,omitempty"`
 	// LongFlow*Bps are the medians over the runs; LongFlowLoss is
 	// 1 − with/without (negative: On-Ramp's long flow was faster).
 	LongFlowWithoutBps float64  `json:"long_flow_without_bps"`

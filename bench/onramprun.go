@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,8 @@ const (
 	// onrampGoneWithin is how long the kernel may take to free On-Ramp's
 	// programs after the last pin and link are gone.
 	onrampGoneWithin = 5 * time.Second
+	// onrampEnableWorkers bounds the Enables that run at once.
+	onrampEnableWorkers = 8
 )
 
 // onrampPeers are the prefixes On-Ramp stamps for: the testbed's.
@@ -51,6 +54,8 @@ type OnRampReport struct {
 	// rcts holds each variant's pooled RCTs in µs, in the order of
 	// Results.Variants, for the plots.
 	rcts [][]float64
+	// netRCTs holds each variant's pooled network RCTs, likewise.
+	netRCTs [][]float64
 	// fcts holds each variant's pooled background flows, likewise.
 	fcts [][]stats.FCT
 }
@@ -161,15 +166,13 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 			return nil, err
 		}
 	}
-	if err := r.publishClocks(); err != nil {
-		return nil, err
-	}
 	r.progsBefore = onrampPrograms()
 
 	rep := &OnRampReport{Config: cfg, Results: r.header()}
 	vs := cfg.variants()
 	runs := make(map[string][]OnRampRun, len(vs))
 	rcts := make(map[string][]float64, len(vs))
+	netRCTs := make(map[string][]float64, len(vs))
 	bgFCTs := make(map[string][]stats.FCT, len(vs))
 	intOn := map[string]bool{}
 	total := cfg.Repeat * len(vs)
@@ -189,6 +192,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 			out.res.Repeat = i
 			runs[name] = append(runs[name], out.res)
 			rcts[name] = append(rcts[name], out.rcts...)
+			netRCTs[name] = append(netRCTs[name], out.netRCTs...)
 			bgFCTs[name] = append(bgFCTs[name], out.fcts...)
 			intOn[name] = intOn[name] || out.int
 			r.say("%s %s: %s (%v)", step, name, onrampSummaryLine(out.res), time.Since(started).Round(100*time.Millisecond))
@@ -197,12 +201,14 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 	for _, v := range vs {
 		name := v.String()
 		res := summariseOnRamp(v, runs[name], rcts[name], bgFCTs[name], r.idealFCT)
+		res.NetRCT = summariseRCT(netRCTs[name])
 		res.Params, res.ECN, res.INT = r.params[v.cc], r.ecn[v.cc], intOn[name]
 		rep.Results.Variants = append(rep.Results.Variants, res)
 		rep.rcts = append(rep.rcts, rcts[name])
+		rep.netRCTs = append(rep.netRCTs, netRCTs[name])
 		rep.fcts = append(rep.fcts, bgFCTs[name])
 	}
-	rep.Results.Comparisons, rep.Results.Verdict = compareOnRamp(cfg.CCs, rep.Results.Variants, rep.rcts, rep.fcts)
+	rep.Results.Comparisons, rep.Results.Verdict = compareOnRamp(cfg.CCs, rep.Results.Variants, rep.rcts, rep.netRCTs, rep.fcts)
 	return rep, nil
 }
 
@@ -321,10 +327,11 @@ func (r *onrampRunner) header() OnRampResults {
 
 // onrampOut is what one run yields.
 type onrampOut struct {
-	res  OnRampRun
-	rcts []float64 // µs, of the completed requests
-	fcts []stats.FCT
-	int  bool
+	res     OnRampRun
+	rcts    []float64 // µs, of the completed requests
+	netRCTs []float64 // µs, their slowest response's FCT
+	fcts    []stats.FCT
+	int     bool
 }
 
 // run runs the traffic once for v with workload seed seed: with On-Ramp
@@ -345,17 +352,50 @@ func (r *onrampRunner) run(ctx context.Context, v onrampVariant, seed uint64) (o
 	return out, err
 }
 
-// enableOnRamp enables On-Ramp on the client's interface and every
-// sender's uplink.
+// enableOnRamp publishes the clock offsets (the last disable of a
+// namespace takes its clock map along, as no agent runs) and enables
+// On-Ramp on the client's interface and every sender's uplink.
 func (r *onrampRunner) enableOnRamp() error {
 	c := r.ocfg
-	for _, p := range r.places {
+	start := time.Now()
+	defer func() {
+		r.say("      enabled On-Ramp on %d interfaces in %v", len(r.places), time.Since(start).Round(100*time.Millisecond))
+	}()
+	if err := r.publishClocks(); err != nil {
+		return err
+	}
+	enable := func(p onrampPlace) error {
 		cfg := onramp.Config{Iface: p.iface, Peers: onrampPeers(), Threshold: c.Threshold, MaxPause: c.MaxPause, Gain: c.Gain}
 		if err := p.h.Do(func() error { _, err := r.or.Enable(cfg); return err }); err != nil {
 			return fmt.Errorf("enable On-Ramp on %s %s: %w", p.h, p.iface, err)
 		}
+		return nil
 	}
-	return nil
+	// The client first: its Enable attaches the shared sockops program,
+	// which the others then only join. Each Enable loads and verifies
+	// On-Ramp's tc programs, CPU work that takes seconds per interface in
+	// a TCG guest, so the senders' run on every CPU at once.
+	if err := enable(r.places[0]); err != nil {
+		return err
+	}
+	work := make(chan int)
+	errs := make([]error, len(r.places))
+	var wg sync.WaitGroup
+	for range min(runtime.NumCPU(), onrampEnableWorkers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				errs[i] = enable(r.places[i])
+			}
+		}()
+	}
+	for i := 1; i < len(r.places); i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // disableOnRamp disables On-Ramp everywhere enableOnRamp enabled it and
@@ -363,6 +403,8 @@ func (r *onrampRunner) enableOnRamp() error {
 // kernel beyond those that were there before the bench, and fq still at
 // the root of every sender (the bench installed it, not On-Ramp).
 func (r *onrampRunner) disableOnRamp() error {
+	start := time.Now()
+	defer func() { r.say("      disabled On-Ramp in %v", time.Since(start).Round(100*time.Millisecond)) }()
 	var errs []error
 	for _, p := range r.places {
 		if err := p.h.Do(func() error { _, err := r.or.Disable(p.iface); return err }); err != nil {
@@ -373,8 +415,10 @@ func (r *onrampRunner) disableOnRamp() error {
 		return err
 	}
 	var left []string
-	if dir := filepath.Join(r.pins.PinRoot(), "onramp"); kernel.Exists(dir) {
-		left = append(left, "its pins in "+dir)
+	for _, sub := range []string{"onramp", "clock"} {
+		if dir := filepath.Join(r.pins.PinRoot(), sub); kernel.Exists(dir) {
+			left = append(left, "its pins in "+dir)
+		}
 	}
 	for _, p := range r.places {
 		var sts []onramp.Status
@@ -650,8 +694,9 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	backlog := backlogSeries(samples, offset)
 	kernelCCs := map[string]bool{}
 	type request struct {
-		done, failed int
+		done, failed    int
 		last, lastBegin time.Duration
+		slowest         time.Duration // the largest response FCT
 	}
 	byReq := make([]request, len(reqs))
 	var lags []float64
@@ -696,6 +741,7 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			}
 			q.done++
 			q.last = max(q.last, f.begin+fct)
+			q.slowest = max(q.slowest, fct)
 		}
 	}
 	res.Requests = len(reqs)
@@ -706,10 +752,13 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 		}
 		res.RequestsCompleted++
 		out.rcts = append(out.rcts, float64(q.last-reqs[k])/float64(time.Microsecond))
+		out.netRCTs = append(out.netRCTs, float64(q.slowest)/float64(time.Microsecond))
 	}
 	if len(out.rcts) > 0 {
 		s := stats.Sorted(out.rcts)
 		res.RCTP50Us, res.RCTP99Us, res.RCTMaxUs = stats.Percentile(s, 50), stats.Percentile(s, 99), s[len(s)-1]
+		n := stats.Sorted(out.netRCTs)
+		res.NetRCTP50Us, res.NetRCTP99Us = stats.Percentile(n, 50), stats.Percentile(n, 99)
 	}
 	if len(lags) > 0 {
 		res.StartLagP99Us = stats.Percentile(stats.Sorted(lags), 99)

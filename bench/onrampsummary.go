@@ -30,6 +30,8 @@ func onrampFigures() []onrampFigure {
 	figs := []onrampFigure{
 		{"rct_p50_us", func(r OnRampRun) (float64, bool) { return r.RCTP50Us, r.RequestsCompleted > 0 }},
 		{"rct_p99_us", func(r OnRampRun) (float64, bool) { return r.RCTP99Us, r.RequestsCompleted > 0 }},
+		{"net_rct_p50_us", func(r OnRampRun) (float64, bool) { return r.NetRCTP50Us, r.RequestsCompleted > 0 }},
+		{"net_rct_p99_us", func(r OnRampRun) (float64, bool) { return r.NetRCTP99Us, r.RequestsCompleted > 0 }},
 		{"requests_completed", always(func(r OnRampRun) float64 { return float64(r.RequestsCompleted) })},
 		{"long_flow_bps", func(r OnRampRun) (float64, bool) { return r.LongFlowBps, !r.LongFlowFailed }},
 		{"throughput_bps", always(func(r OnRampRun) float64 { return r.ThroughputBps })},
@@ -113,9 +115,10 @@ func ratio(a, b float64) *float64 {
 }
 
 // compareOnRamp compares each CC's variant without On-Ramp with its
-// variant with it, and judges the targets. rcts (µs) and fcts are the
-// variants' pooled RCTs and background flows, in the order of vs.
-func compareOnRamp(ccs []string, vs []OnRampVariant, rcts [][]float64, fcts [][]stats.FCT) ([]OnRampComparison, OnRampVerdict) {
+// variant with it, and judges the targets. rcts and netRCTs (µs) and fcts
+// are the variants' pooled RCTs, network RCTs and background flows, in
+// the order of vs.
+func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, fcts [][]stats.FCT) ([]OnRampComparison, OnRampVerdict) {
 	find := func(cc string, on bool) (OnRampVariant, []float64, []stats.FCT, bool) {
 		for i, v := range vs {
 			if v.CC == cc && v.OnRamp == on {
@@ -135,6 +138,7 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts [][]float64, fcts [][]
 		c := OnRampComparison{CC: cc, RCTP99WithoutUs: without.RCT.P99Us, RCTP99WithUs: with.RCT.P99Us, WorseFCT: []string{}}
 		c.RCTP99Ratio = ratio(without.RCT.P99Us, with.RCT.P99Us)
 		c.RCTP50Ratio = ratio(without.RCT.P50Us, with.RCT.P50Us)
+		c.NetRCTP99Ratio = ratio(without.NetRCT.P99Us, with.NetRCT.P99Us)
 		c.RCTTailP = stats.SupportedPercentile(min(len(rw), len(rr)))
 		if c.RCTTailP > 0 {
 			c.RCTTailRatio = ratio(stats.Percentile(stats.Sorted(rw), c.RCTTailP), stats.Percentile(stats.Sorted(rr), c.RCTTailP))

@@ -242,9 +242,9 @@ int int_hop(struct __sk_buff *skb)
 	struct hop_queue *q;
 	struct hop_sample s;
 	struct tcp_pkt p;
-	__u32 zero = 0, optlen = 0, len;
-	__u16 exid;
-	int opt, slot;
+	__u32 zero = 0, optlen, len, opt;
+	__s64 found;
+	int slot;
 
 	cfg = bpf_map_lookup_elem(&hop_config, &zero);
 	q = bpf_map_lookup_elem(&hop_queue, &zero);
@@ -272,9 +272,11 @@ int int_hop(struct __sk_buff *skb)
 
 	if (p.doff <= 20)
 		return TC_ACT_OK;
-	opt = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_FORWARD, 0xff, &optlen, &exid);
-	if (opt < 0)
+	found = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_FORWARD, 0xff);
+	if (found < 0)
 		return TC_ACT_OK;
+	opt = tcp_exp_off(found);
+	optlen = tcp_exp_len(found);
 	slot = write_record(skb, opt, optlen, p.l4 + 16,
 			    int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog));
 	if (slot >= 0)
@@ -295,10 +297,9 @@ int int_hop_ack(struct __sk_buff *skb)
 	struct hop_queue *q;
 	struct hop_sample s;
 	struct tcp_pkt p;
-	__u32 zero = 0, optlen = 0, n, off, *slot;
-	__u16 exid;
+	__u32 zero = 0, optlen, n, off, *slot, opt;
+	__s64 found;
 	__u64 old_be;
-	int opt;
 
 	cfg = bpf_map_lookup_elem(&hop_config, &zero);
 	q = bpf_map_lookup_elem(&hop_queue, &zero);
@@ -306,9 +307,11 @@ int int_hop_ack(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!tcp_parse(skb, &p, &ack) || p.doff <= 20)
 		return TC_ACT_OK;
-	opt = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_ECHO, 0xff, &optlen, &exid);
-	if (opt < 0)
+	found = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_ECHO, 0xff);
+	if (found < 0)
 		return TC_ACT_OK;
+	opt = tcp_exp_off(found);
+	optlen = tcp_exp_len(found);
 
 	/* The ACK's flow, turned around, is the data's. */
 	__builtin_memcpy(key.src, ack.dst, sizeof(key.src));

@@ -265,15 +265,16 @@ int onramp_egress(struct __sk_buff *skb)
 {
 	struct tcp_flow f = {};
 	struct tcp_pkt p;
-	__u32 len = 0, data;
-	__u16 exid = 0;
-	int off;
+	__u32 off, len, data;
+	__s64 found;
 
 	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
 		return TC_ACT_OK;
-	off = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK, &len, &exid);
-	if (off < 0 || exid != ONRAMP_EXID_PAD)
+	found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+	if (found < 0 || tcp_exp_id(found) != ONRAMP_EXID_PAD)
 		return TC_ACT_OK;
+	off = tcp_exp_off(found);
+	len = tcp_exp_len(found);
 	data = payload(skb, &p);
 	if (data > 0 && len == ONRAMP_STAMP_LEN)
 		stamp(skb, &p, &f, off);
@@ -541,14 +542,19 @@ int onramp_ingress(struct __sk_buff *skb)
 	struct onramp_opt opt = {};
 	struct tcp_flow f = {};
 	struct tcp_pkt p;
-	__u32 len = 0;
-	__u16 exid = 0;
-	int off;
+	__u32 off, len;
+	__s64 found;
+	__u16 exid;
 
 	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
 		return TC_ACT_OK;
-	off = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK, &len, &exid);
-	if (off < 0 || exid == ONRAMP_EXID_PAD)
+	found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+	if (found < 0)
+		return TC_ACT_OK;
+	off = tcp_exp_off(found);
+	len = tcp_exp_len(found);
+	exid = tcp_exp_id(found);
+	if (exid == ONRAMP_EXID_PAD)
 		return TC_ACT_OK;
 	if ((exid == ONRAMP_EXID_STAMP && len != ONRAMP_STAMP_LEN) ||
 	    (exid == ONRAMP_EXID_ECHO && len != ONRAMP_ECHO_LEN) ||

@@ -4,8 +4,8 @@
 //
 // fq is the qdisc that honours an earliest departure time (EDT) written to
 // skb->tstamp: it holds each packet until then. A tc program that stamps
-// packets (EDTDelay, and later On-Ramp's per-flow pauses) does nothing
-// without it, so the two are installed together:
+// packets (EDTDelay, On-Ramp's per-flow pauses) does nothing without it,
+// so the two are installed together:
 //
 //	fq, err := qdisc.InstallFQ("eth0", qdisc.FQConfig{})
 //	prog, err := qdisc.LoadEDTDelay()
@@ -27,8 +27,18 @@
 // Nothing is left behind: a constructor that fails removes what it had
 // created, and Close removes the qdisc, the filter or the link. Close is
 // idempotent. The package never replaces or removes a qdisc it did not
-// create, with one exception: a clsact qdisc that has no filters left after
-// Close removed the last one is deleted, whoever added it.
+// create, with two exceptions: a clsact qdisc that has no filters left after
+// Close removed the last one is deleted, whoever added it; and
+// EnsureFQRoot(iface, cfg, true) replaces a root qdisc somebody else
+// installed, when its caller says so (`ccload onramp enable
+// --replace-qdisc`).
+//
+// EnsureFQRoot is what On-Ramp uses: it keeps an fq root that is already
+// there, puts fq in place of the kernel's default root, or mq with an fq
+// on every queue on a multi-queue device, and refuses any other root.
+// RemoveFQRoot removes only the root ccload installed (handle cc0f:).
+// go-tc (pinned at v0.4.8) implements fq but not mq, so mq is added and
+// deleted through vishvananda/netlink, in the same network namespace.
 //
 // An attachment can also outlive the process: Attachment.Pin pins it on
 // a bpf filesystem (the TCX link, or the program of a cls_bpf filter),

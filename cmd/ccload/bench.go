@@ -83,7 +83,8 @@ Scenarios:
              pauses, and the ratios without/with. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
              256KiB, --ecn-threshold 20KB, 15s per run, queue sampled every
-             1ms. It needs sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
+             1ms; --quick: 8 servers, 2 background senders. It needs
+             sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
 
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
 CCs are attached for the run if they are not attached yet, and INT is
