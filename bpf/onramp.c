@@ -185,6 +185,33 @@ static __always_inline bool fill(struct __sk_buff *skb, __u32 off, __u32 csum_of
 }
 
 /*
+ * A new connection starts paused when its peer's newest echo, fresh (at
+ * most ONRAMP_HISTORY_MAX_PAUSES max pauses old), was over the threshold:
+ * for that excess, at most max_pause, counted as pause asserted.
+ */
+static __always_inline void start_from_peer(const struct onramp_flow_key *k, struct onramp_flow *fl, __u64 now)
+{
+	struct onramp_config *cfg = onramp_cfg();
+	struct onramp_peer *pr;
+	struct clock_peer peer;
+	__u64 pause;
+
+	if (!cfg)
+		return;
+	peer_of(k, &peer);
+	pr = bpf_map_lookup_elem(&onramp_peers, &peer);
+	if (!pr || !pr->last_excess || now - pr->last_owd_at > ONRAMP_HISTORY_MAX_PAUSES * cfg->max_pause_ns)
+		return;
+	pause = min_u64(pr->last_excess, cfg->max_pause_ns);
+	fl->t_next = now + pause;
+	fl->pause_total = pause;
+	fl->pauses = 1;
+	stat_add(&onramp_stats, ONRAMP_STAT_START_PAUSED, 1);
+	stat_add(&onramp_stats, ONRAMP_STAT_PAUSES, 1);
+	stat_add(&onramp_stats, ONRAMP_STAT_PAUSE_NS, pause);
+}
+
+/*
  * A data segment leaving: its departure time and its STAMP. The departure
  * time never goes backwards within a flow: it is at least the last one
  * given, and only ever moved later than the segment's own.
@@ -197,9 +224,11 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 	__u64 now, tai, own = 0, dep;
 
 	flow_key(f, true, &k);
+	now = bpf_ktime_get_ns();
 	fl = bpf_map_lookup_elem(&onramp_flows, &k);
 	if (!fl) {
 		init.beta = FP_ONE;
+		start_from_peer(&k, &init, now);
 		bpf_map_update_elem(&onramp_flows, &k, &init, BPF_NOEXIST);
 		fl = bpf_map_lookup_elem(&onramp_flows, &k);
 		if (!fl) {
@@ -207,7 +236,6 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 			return;
 		}
 	}
-	now = bpf_ktime_get_ns();
 	tai = bpf_ktime_get_tai_ns();
 	if (skb->tstamp_type == EDT_TSTAMP_MONO)
 		own = skb->tstamp;
@@ -488,6 +516,11 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	}
 	p_last = elapsed_pause(fl, now) - pause;
 	t = threshold(cfg, pr, k, tai);
+	if (pr) {
+		pr->last_owd = owd;
+		pr->last_owd_at = now;
+		pr->last_excess = owd > (__s64)t ? (__u64)owd - t : 0;
+	}
 	want = pause_for(owd, p_last, fl->beta, t, cfg);
 	if (want > cfg->max_pause_ns) {
 		want = cfg->max_pause_ns;

@@ -272,7 +272,7 @@ func TestDataPath(t *testing.T) {
 		{"PauseArithmetic", testPauseArithmetic}, {"MaxPauseClamp", testMaxPauseClamp},
 		{"BetaEWMA", testBetaEWMA}, {"StaleAndRepeatedEchoes", testStaleAndRepeatedEchoes},
 		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
-		{"AutoThreshold", testAutoThreshold},
+		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -567,5 +567,37 @@ func testAutoThreshold(t *testing.T, rg *rig) {
 	lo, hi, paused, _ := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne, HavePrev: 1, PrevTx: 1}, 430*time.Microsecond, 0)
 	if want := 20 * time.Microsecond; !paused || want < lo || want > hi {
 		t.Errorf("paused between %v and %v (paused %v), want %v: T = 400µs least + 2 × 5µs", lo, hi, paused, want)
+	}
+}
+
+// testNewFlowStartsFromPeer: a new connection to a peer whose newest echo
+// was over the threshold starts paused for the excess, at most
+// --max-pause; one to a peer below it does not.
+func testNewFlowStartsFromPeer(t *testing.T, rg *rig) {
+	c := conns[0]
+	r := rg.use(t, Config{Threshold: 100 * time.Microsecond, MaxPause: 50 * time.Millisecond})
+	// The first connection hears of a 40 ms delay: 39.9 ms over T.
+	r.setFlow(c.key(true), onrampOnrampFlow{Beta: fpOne})
+	r.run(r.objs.OnrampIngress, echoAt(t, c, 40*time.Millisecond, 40*time.Millisecond+20*time.Microsecond, 0))
+	// A second connection to the same peer sends its first segment.
+	next := c
+	next.sport++
+	before := monoNow()
+	_, dep := r.run(r.objs.OnrampEgress, next.data(pad(StampLen)))
+	after := monoNow()
+	want := 40*time.Millisecond - 100*time.Microsecond
+	if lo, hi := time.Duration(int64(dep)-int64(after)), time.Duration(int64(dep)-int64(before)); want < lo || want > hi {
+		t.Errorf("the new connection's first segment leaves %v to %v from now, want %v", lo, hi, want)
+	}
+	if n := r.stat("start_paused"); n != 1 {
+		t.Errorf("start_paused = %d, want 1", n)
+	}
+	// Below the threshold: the next new connection goes at once.
+	r.setFlow(c.key(true), onrampOnrampFlow{Beta: fpOne})
+	r.run(r.objs.OnrampIngress, echoAt(t, c, 50*time.Microsecond, 70*time.Microsecond, 0))
+	third := c
+	third.sport += 2
+	if _, dep := r.run(r.objs.OnrampEgress, third.data(pad(StampLen))); dep > monoNow() {
+		t.Errorf("a new connection to a peer below the threshold was held until %d", dep)
 	}
 }

@@ -85,6 +85,9 @@ type onrampOnrampPeer struct {
 	MinOwd     int64
 	MinOwdPrev int64
 	MinStart   uint64
+	LastOwd    int64
+	LastOwdAt  uint64
+	LastExcess uint64
 	Hist       [256]uint32
 }
 

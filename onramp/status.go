@@ -22,6 +22,7 @@ var statNames = [...]string{
 	"scoped_connections", "stamp_no_space", "echo_no_space", "stamped", "stamp_failed",
 	"echoed", "echo_empty", "rx_stamps", "rx_no_clock", "echoes", "no_clock", "stale",
 	"unknown_flow", "pauses", "pause_ns", "clamped", "delayed", "malformed", "beta_samples",
+	"start_paused",
 }
 
 // Status is On-Ramp on one interface of the calling thread's network

@@ -78,6 +78,14 @@ struct onramp_flow {
  * length of v, (b - 4) * 8 + the 3 bits after the leading one. The Go side
  * (onramp.owdBucketRange) inverts it.
  */
+/*
+ * A new connection to a peer whose newest echo, at most this many max
+ * pauses old, was over the threshold starts paused for that excess (the
+ * paper's §5.2.1: a new request uses the delay its predecessors measured,
+ * rather than spend its first round trip blind).
+ */
+#define ONRAMP_HISTORY_MAX_PAUSES 4
+
 #define ONRAMP_HIST_SUB_BITS 3
 #define ONRAMP_HIST_BUCKETS 256	/* a power of two (indexes are masked); the last holds 2^35 ns and more */
 
@@ -90,6 +98,9 @@ struct onramp_peer {
 	__s64 min_owd;		/* least one-way delay in the current window */
 	__s64 min_owd_prev;	/* ... and in the previous one */
 	__u64 min_start;	/* MONO: when the current window began */
+	__s64 last_owd;		/* the newest one-way delay an echo brought */
+	__u64 last_owd_at;	/* MONO: when */
+	__u64 last_excess;	/* its excess over the peer's threshold, ns (0: none) */
 	__u32 hist[ONRAMP_HIST_BUCKETS];
 };
 
@@ -114,6 +125,7 @@ enum onramp_stat {
 	ONRAMP_STAT_DELAYED,		/* packets given a later departure time */
 	ONRAMP_STAT_MALFORMED,		/* our options with a wrong length */
 	ONRAMP_STAT_BETA_SAMPLES,	/* beta measurements (P_BG > 0) */
+	ONRAMP_STAT_START_PAUSED,	/* new flows paused from their peer's recent delay */
 	ONRAMP_STAT_MAX,
 };
 
