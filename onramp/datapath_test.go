@@ -37,6 +37,13 @@ func newRig(t *testing.T) *rig {
 		t.Fatalf("load On-Ramp: %v", err)
 	}
 	t.Cleanup(func() { r.objs.Close() })
+	for _, p := range []*ebpf.Program{r.objs.OnrampEgress, r.objs.OnrampIngress} {
+		if info, err := p.Info(); err == nil {
+			if n, ok := info.VerifiedInstructions(); ok {
+				t.Logf("%s: the verifier went through %d instructions", info.Name, n)
+			}
+		}
+	}
 	return r
 }
 
