@@ -16,9 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
-
 	"github.com/ccload/ccload/bench/stats"
 	"github.com/ccload/ccload/bench/workload"
 	"github.com/ccload/ccload/clocksync"
@@ -166,7 +163,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 			return nil, err
 		}
 	}
-	r.progsBefore = onrampPrograms()
+	r.progsBefore = len(onramp.ProgramsAlive())
 
 	rep := &OnRampReport{Config: cfg, Results: r.header()}
 	vs := cfg.variants()
@@ -238,16 +235,7 @@ func (r *onrampRunner) prepareSenders() error {
 	d := r.topo
 	for i, s := range d.Senders {
 		iface := d.SenderIfaces[i]
-		err := s.Do(func() error {
-			if _, err := qdisc.EnsureFQRoot(iface, qdisc.FQConfig{}, false); err != nil {
-				return err
-			}
-			link, err := netlink.LinkByName(iface)
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetGSOMaxSize(link, int(r.ocfg.GSOBytes))
-		})
+		err := s.Do(func() error { return onramp.PrepareSender(iface, int(r.ocfg.GSOBytes)) })
 		if errors.Is(err, qdisc.ErrNoFQ) {
 			return kernel.NewError(kernel.KindKernelTooOld,
 				"use a kernel with CONFIG_NET_SCH_FQ (a distribution kernel's sch_fq module: modprobe sch_fq), or run the scenario in a vmtests guest, whose kernels have it: go run ./vmtests --kernel 6.12 --bench '--scenario onramp --quick'",
@@ -440,7 +428,7 @@ func (r *onrampRunner) disableOnRamp() error {
 		}
 	}
 	deadline := time.Now().Add(onrampGoneWithin)
-	for n := onrampPrograms(); n > r.progsBefore; n = onrampPrograms() {
+	for n := len(onramp.ProgramsAlive()); n > r.progsBefore; n = len(onramp.ProgramsAlive()) {
 		if time.Now().After(deadline) {
 			left = append(left, fmt.Sprintf("%d of its programs in the kernel", n-r.progsBefore))
 			break
@@ -451,27 +439,6 @@ func (r *onrampRunner) disableOnRamp() error {
 		return fmt.Errorf("On-Ramp left behind after disable: %s", strings.Join(left, "; "))
 	}
 	return nil
-}
-
-// onrampPrograms counts the kernel's programs named like On-Ramp's tc and
-// sockops programs.
-func onrampPrograms() int {
-	n := 0
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			return n
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "onramp_") {
-			n++
-		}
-		p.Close()
-	}
 }
 
 // onrampStatus sums On-Ramp's counters over every interface it is

@@ -15,9 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/tracebuf"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -158,8 +157,9 @@ func StartPTP4L(ctx context.Context, master *testbed.Host, masterIface string, m
 	if err := p.master.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	if p.slaveMono, err = monotonicNow(); err != nil {
-		return nil, fmt.Errorf("start ptp4l slave: %w", err)
+	// CLOCK_MONOTONIC is the clock of the times ptp4l prints in its brackets.
+	if p.slaveMono, err = tracebuf.MonotonicNow(); err != nil {
+		return nil, fmt.Errorf("start ptp4l slave: read CLOCK_MONOTONIC: %w", err)
 	}
 	if p.slave, err = startPTP4LProc(ctx, "slave", slave, bin, slaveCfg, p.addLine); err != nil {
 		return nil, err
@@ -506,16 +506,6 @@ func (t *lineTail) lines() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]string(nil), t.tail...)
-}
-
-// monotonicNow reads CLOCK_MONOTONIC, the clock of the times ptp4l prints
-// in its brackets.
-func monotonicNow() (time.Duration, error) {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0, fmt.Errorf("read CLOCK_MONOTONIC: %w", err)
-	}
-	return time.Duration(ts.Nano()), nil
 }
 
 // parsePTP4LLine parses one servo line of ptp4l's verbose output, such as

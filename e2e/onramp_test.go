@@ -16,9 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
-
 	"github.com/ccload/ccload/clocksync"
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
@@ -146,26 +143,6 @@ func runOnRampIncasts(t *testing.T, d *testbed.Dumbbell, sink *testbed.Sink, nam
 	return r
 }
 
-// onrampProgramsAlive lists the kernel's programs named like On-Ramp's.
-func onrampProgramsAlive() []string {
-	var names []string
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			return names
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "onramp_") {
-			names = append(names, info.Name)
-		}
-		p.Close()
-	}
-}
-
 // TestOnRampIncast runs two incasts of 8 cubic flows through a 100 Mbit/s
 // bottleneck, without On-Ramp and then with it (T = 2 ms), fq on the
 // senders in both runs. It requires what holds in every run: every byte
@@ -188,16 +165,7 @@ func TestOnRampIncast(t *testing.T) {
 	}
 	// fq and a small GSO size on every sender, in both runs.
 	for i, s := range d.Senders {
-		err := s.Do(func() error {
-			if _, err := qdisc.EnsureFQRoot(d.SenderIfaces[i], qdisc.FQConfig{}, false); err != nil {
-				return err
-			}
-			l, err := netlink.LinkByName(d.SenderIfaces[i])
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetGSOMaxSize(l, orGSO)
-		})
+		err := s.Do(func() error { return onramp.PrepareSender(d.SenderIfaces[i], orGSO) })
 		if errors.Is(err, qdisc.ErrNoFQ) {
 			testutil.SkipKernelLacks(t, "sch_fq")
 		}
@@ -381,7 +349,7 @@ func TestOnRampIncast(t *testing.T) {
 		t.Errorf("disable left %s/onramp behind", host.PinRoot())
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for left := onrampProgramsAlive(); len(left) > 0; left = onrampProgramsAlive() {
+	for left := onramp.ProgramsAlive(); len(left) > 0; left = onramp.ProgramsAlive() {
 		if time.Now().After(deadline) {
 			t.Errorf("On-Ramp programs still in the kernel after disable: %v", left)
 			break
@@ -415,16 +383,7 @@ func TestOnRampPauseHoldsFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Do(func() error {
-		if _, err := qdisc.EnsureFQRoot(iface, qdisc.FQConfig{}, false); err != nil {
-			return err
-		}
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetGSOMaxSize(l, orGSO)
-	})
+	err = s.Do(func() error { return onramp.PrepareSender(iface, orGSO) })
 	if errors.Is(err, qdisc.ErrNoFQ) {
 		testutil.SkipKernelLacks(t, "sch_fq")
 	}

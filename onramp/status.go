@@ -6,13 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/tracebuf"
 	"github.com/ccload/ccload/qdisc"
 	"github.com/ccload/ccload/telemetry/sockops"
 )
@@ -109,13 +108,11 @@ func (o *OnRamp) Status() ([]Status, error) {
 	return st, nil
 }
 
-// monoNow is CLOCK_MONOTONIC in ns, the clock of t_next.
+// monoNow is CLOCK_MONOTONIC in ns, the clock of t_next (0 if it cannot
+// be read).
 func monoNow() uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return uint64(ts.Nano())
+	d, _ := tracebuf.MonotonicNow()
+	return uint64(d)
 }
 
 // read reads instance k. What it cannot read becomes a note.
@@ -280,9 +277,6 @@ func histQuantile(hist []uint32, q float64) int64 {
 	}
 	return -1
 }
-
-// Duration formats ns as a time.Duration for printing.
-func Duration(ns int64) time.Duration { return time.Duration(ns) }
 
 // instanceFor finds the instance of iface in the calling thread's network
 // namespace, or, with iface "", the only one.

@@ -92,8 +92,7 @@ func (e TraceEvent) String() string {
 // Tracer reads the per-echo records of On-Ramp on one interface. Tracing
 // is on from OpenTrace until Close; one tracer at a time gets the records.
 type Tracer struct {
-	iface string
-	rd    *tracebuf.Reader
+	rd *tracebuf.Reader
 }
 
 // OpenTrace switches tracing on for On-Ramp on iface ("" is the only
@@ -108,11 +107,8 @@ func (o *OnRamp) OpenTrace(iface string) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("on %s: %w", k.Name, err)
 	}
-	return &Tracer{iface: k.Name, rd: rd}, nil
+	return &Tracer{rd: rd}, nil
 }
-
-// Interface is the interface the tracer reads.
-func (t *Tracer) Interface() string { return t.iface }
 
 // Run streams the records to fn until ctx ends or fn returns an error.
 func (t *Tracer) Run(ctx context.Context, fn func(TraceEvent) error) error {

@@ -1,0 +1,49 @@
+package onramp
+
+import (
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ccload/ccload/qdisc"
+)
+
+// ProgramsAlive lists the kernel's BPF programs named like On-Ramp's
+// (onramp_egress, onramp_ingress, onramp_sockops), for checks that disable
+// left nothing running. The kernel frees a program some time after its
+// last reference goes, so a caller polls.
+func ProgramsAlive() []string {
+	var names []string
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return names
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "onramp_") {
+			names = append(names, info.Name)
+		}
+		p.Close()
+	}
+}
+
+// PrepareSender gives iface, an interface of the calling thread's network
+// namespace, what On-Ramp's pauses need and what a comparison without
+// On-Ramp must share: an fq root (qdisc.EnsureFQRoot, refusing a foreign
+// root) and a GSO size of at most gsoMaxSize bytes, which bounds what a
+// flow keeps in fq and so what a pause cannot hold (docs/onramp.md).
+func PrepareSender(iface string, gsoMaxSize int) error {
+	if _, err := qdisc.EnsureFQRoot(iface, qdisc.FQConfig{}, false); err != nil {
+		return err
+	}
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetGSOMaxSize(l, gsoMaxSize)
+}
