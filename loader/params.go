@@ -346,3 +346,15 @@ func ParamsString(params map[string]string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// CheckParams validates parameter assignments for the built-in CC name
+// without touching the kernel: an unknown CC, an unknown parameter or a
+// value that does not parse is an error, as Attach would return it.
+func CheckParams(name string, params map[string]string) error {
+	cc, err := Lookup(name)
+	if err != nil {
+		return err
+	}
+	_, err = parseGiven(cc.Params, params)
+	return err
+}

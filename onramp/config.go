@@ -161,3 +161,22 @@ func (s Settings) String() string {
 	}
 	return fmt.Sprintf("threshold %s, gain %g, max pause %v", t, s.Gain, time.Duration(s.MaxPauseNs))
 }
+
+// Validate checks cfg as Enable would, without touching the kernel.
+func (cfg Config) Validate() error {
+	_, err := cfg.check()
+	return err
+}
+
+// ParseThreshold reads a threshold as users write it: a positive duration
+// such as 50us, or auto (AutoThreshold).
+func ParseThreshold(s string) (d time.Duration, auto bool, err error) {
+	if s == "auto" {
+		return 0, true, nil
+	}
+	d, err = time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, false, fmt.Errorf("threshold %q: want a positive duration such as 50us, or auto", s)
+	}
+	return d, false, nil
+}

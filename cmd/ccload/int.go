@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ccload/ccload/internal/scope"
 	"github.com/ccload/ccload/internal/units"
 	"github.com/ccload/ccload/telemetry/hop"
 	"github.com/ccload/ccload/telemetry/sockops"
@@ -31,32 +31,11 @@ forwarding interface write its record; powertcp reads the echoes.`,
 
 // parsePeers reads --peers: prefixes such as 198.18.0.0/15 or fd00::/8.
 func parsePeers(peers []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, p := range peers {
-		pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
-		if err != nil {
-			return nil, fmt.Errorf("--peers %q: %w", p, err)
-		}
-		out = append(out, pfx)
+	out, err := scope.ParsePrefixes(peers)
+	if err != nil {
+		return nil, fmt.Errorf("--peers: %w", err)
 	}
 	return out, nil
-}
-
-// parseTag reads --tag: every, nth=N or tso-head.
-func parseTag(s string) (every uint32, tsoOnly bool, err error) {
-	switch {
-	case s == "every":
-		return 1, false, nil
-	case s == "tso-head":
-		return 1, true, nil
-	case strings.HasPrefix(s, "nth="):
-		n, perr := strconv.ParseUint(strings.TrimPrefix(s, "nth="), 10, 32)
-		if perr != nil || n < 1 {
-			return 0, false, fmt.Errorf("--tag %s: N must be a whole number >= 1", s)
-		}
-		return uint32(n), false, nil
-	}
-	return 0, false, fmt.Errorf("--tag %q: want every, nth=N or tso-head", s)
 }
 
 func newINTEnableCmd(a *app) *cobra.Command {
@@ -92,8 +71,8 @@ Running it again replaces the peers and policy in place.`,
 			if cfg.Peers, err = parsePeers(peers); err != nil {
 				return usage(c, err)
 			}
-			if cfg.Every, cfg.TSOOnly, err = parseTag(tag); err != nil {
-				return usage(c, err)
+			if cfg.Every, cfg.TSOOnly, err = sockops.ParseTag(tag); err != nil {
+				return usage(c, fmt.Errorf("--%w", err))
 			}
 			st, err := a.int().Enable(cfg)
 			if err != nil {

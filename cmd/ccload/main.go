@@ -155,7 +155,8 @@ ccload exits, until 'ccload detach'.`,
 		return usage(c, err)
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
-		newDetachCmd(a), newINTCmd(a), newClockCmd(a), newOnRampCmd(a), newTraceCmd(a), newDemoCmd(a), newBenchCmd(a), newVersionCmd(a))
+		newDetachCmd(a), newINTCmd(a), newClockCmd(a), newOnRampCmd(a), newTraceCmd(a), newDemoCmd(a), newBenchCmd(a), newVersionCmd(a),
+		newDaemonCmd(a), newResetCmd(a))
 	return root
 }
 

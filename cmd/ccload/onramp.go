@@ -38,17 +38,6 @@ docs/onramp-option.md; how it works and how to tune it in docs/onramp.md.`,
 }
 
 // parseThreshold reads --threshold: a duration, or auto.
-func parseThreshold(s string) (time.Duration, bool, error) {
-	if s == "auto" {
-		return 0, true, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, false, fmt.Errorf("--threshold %q: want a positive duration such as 50us, or auto", s)
-	}
-	return d, false, nil
-}
-
 func newOnRampEnableCmd(a *app) *cobra.Command {
 	var (
 		iface, threshold, gain, cgroup string
@@ -87,8 +76,8 @@ Running it again on the same interface updates the parameters in place.`,
 			if cfg.Peers, err = parsePeers(peers); err != nil {
 				return usage(c, err)
 			}
-			if cfg.Threshold, cfg.AutoThreshold, err = parseThreshold(threshold); err != nil {
-				return usage(c, err)
+			if cfg.Threshold, cfg.AutoThreshold, err = onramp.ParseThreshold(threshold); err != nil {
+				return usage(c, fmt.Errorf("--%w", err))
 			}
 			g, err := units.ParseFraction(gain, 1<<32)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -147,4 +148,18 @@ func Read(v4, v6 *ebpf.Map) ([]string, error) {
 		return peers, fmt.Errorf("read the IPv6 peer prefixes: %w", err)
 	}
 	return peers, nil
+}
+
+// ParsePrefixes reads prefixes as users write them (198.18.0.0/15,
+// fd00::/8), with surrounding spaces allowed.
+func ParsePrefixes(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, p := range list {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("prefix %q: %w", p, err)
+		}
+		out = append(out, pfx)
+	}
+	return out, nil
 }

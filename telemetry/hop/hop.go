@@ -239,3 +239,12 @@ func (h *Hop) Close() error {
 	}
 	return errors.Join(err, h.objs.Close())
 }
+
+// Validate checks cfg as Pins.Attach would, without touching the kernel.
+func (cfg Config) Validate() error {
+	if cfg.Iface == "" {
+		return kernel.NewError(kernel.KindBadParam, "name the forwarding interface, e.g. eth1", nil, "no interface given")
+	}
+	_, err := cfg.check()
+	return err
+}

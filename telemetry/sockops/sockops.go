@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -322,4 +324,30 @@ func (n *INT) Status() (*Status, error) {
 		m.Close()
 	}
 	return st, nil
+}
+
+// Validate checks cfg's slots and peers as Enable would, without touching
+// the kernel (the cgroup is found at Enable).
+func (cfg Config) Validate() error {
+	c := cfg
+	c.Cgroup = "-" // checked when enabling
+	return c.normalize()
+}
+
+// ParseTag reads a tagging policy as users write it: every, nth=N or
+// tso-head.
+func ParseTag(s string) (every uint32, tsoOnly bool, err error) {
+	switch {
+	case s == "every":
+		return 1, false, nil
+	case s == "tso-head":
+		return 1, true, nil
+	case strings.HasPrefix(s, "nth="):
+		n, perr := strconv.ParseUint(strings.TrimPrefix(s, "nth="), 10, 32)
+		if perr != nil || n < 1 {
+			return 0, false, fmt.Errorf("tag %s: N must be a whole number >= 1", s)
+		}
+		return uint32(n), false, nil
+	}
+	return 0, false, fmt.Errorf("tag %q: want every, nth=N or tso-head", s)
 }
