@@ -1,0 +1,405 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
+	"github.com/ccload/ccload/testbed"
+)
+
+// daemonEnv runs the real ccload binary, the daemon and the CLI, inside a
+// network namespace of the test's own and on a bpffs of its own, as an SRE
+// would on a host.
+type daemonEnv struct {
+	bin, bpffs, config string
+	ns                 *testbed.Host
+	metrics            string // the daemon's --metrics-addr, in ns
+}
+
+func newDaemonEnv(t *testing.T) *daemonEnv {
+	t.Helper()
+	testutil.RequireKernelCC(t, "theta_powertcp", "bpf_dctcp", "hpcc")
+	p := testnet.NewPair(t)
+	e := &daemonEnv{ns: p.A, bpffs: t.TempDir(), metrics: "127.0.0.1:19810"}
+	e.bin = filepath.Join(t.TempDir(), "ccload")
+	if out, err := exec.Command("go", "build", "-o", e.bin, "../cmd/ccload").CombinedOutput(); err != nil {
+		t.Fatalf("build ccload: %v\n%s", err, out)
+	}
+	if err := unix.Mount("bpf", e.bpffs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs at %s: %v", e.bpffs, err)
+	}
+	e.config = filepath.Join(t.TempDir(), "config.yaml")
+	t.Cleanup(func() {
+		// Whatever the test left: reset, then drop the bpffs, which
+		// unregisters anything reset could not.
+		if out, err := e.cmd(context.Background(), "reset").CombinedOutput(); err != nil {
+			t.Errorf("reset: %v\n%s", err, out)
+		}
+		if err := unix.Unmount(e.bpffs, 0); err != nil {
+			t.Errorf("unmount %s: %v", e.bpffs, err)
+		}
+	})
+	return e
+}
+
+func (e *daemonEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	return e.ns.Command(ctx, e.bin, append([]string{"--bpffs", e.bpffs}, args...)...)
+}
+
+// cli runs a ccload command in the namespace and fails the test if it
+// fails.
+func (e *daemonEnv) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := e.cmd(ctx, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ccload %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (e *daemonEnv) writeConfig(t *testing.T, text string) {
+	t.Helper()
+	// Replace the file in one step, as kubelet swaps a ConfigMap.
+	tmp := e.config + ".new"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, e.config); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ccState is one CC of `ccload list --json`.
+type ccState struct {
+	Name     string            `json:"name"`
+	Attached bool              `json:"attached"`
+	Params   map[string]string `json:"params"`
+}
+
+func (e *daemonEnv) list(t *testing.T) map[string]ccState {
+	t.Helper()
+	var list struct {
+		CCs []ccState `json:"ccs"`
+	}
+	if err := json.Unmarshal([]byte(e.cli(t, "list", "--json")), &list); err != nil {
+		t.Fatalf("decode ccload list --json: %v", err)
+	}
+	out := map[string]ccState{}
+	for _, c := range list.CCs {
+		out[c.Name] = c
+	}
+	return out
+}
+
+// daemon is a running `ccload daemon`.
+type daemon struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan error
+}
+
+func (e *daemonEnv) startDaemon(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	args := append([]string{"daemon", "--config", e.config, "--metrics-addr", e.metrics}, extra...)
+	d := &daemon{cmd: e.cmd(context.Background(), args...), log: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start the daemon: %v", err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	return d
+}
+
+// stop sends SIGTERM and waits for the daemon to exit.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	// nsenter passes the signal on to the daemon it runs.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM the daemon: %v", err)
+	}
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("the daemon exited with %v:\n%s", err, d.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the daemon did not stop within 30 s of SIGTERM:\n%s", d.log)
+	}
+}
+
+// get fetches path from the daemon's endpoint inside the namespace.
+func (e *daemonEnv) get(path string) (int, string, error) {
+	var code int
+	var body string
+	err := e.ns.Do(func() error {
+		// Dialled on this goroutine, whose thread is in the namespace.
+		conn, err := net.DialTimeout("tcp", e.metrics, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: ccload\r\n\r\n", path)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+		return err
+	})
+	return code, body, err
+}
+
+// waitFor polls cond every 100 ms for up to 30 s.
+func waitFor(t *testing.T, d *daemon, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 300; i++ {
+		if cond() {
+			return
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("the daemon exited (%v) while waiting until %s:\n%s", err, what, d.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("not %s after 30 s; daemon log:\n%s", what, d.log)
+}
+
+func (e *daemonEnv) waitReady(t *testing.T, d *daemon) {
+	t.Helper()
+	waitFor(t, d, "ready", func() bool {
+		code, _, err := e.get("/readyz")
+		return err == nil && code == http.StatusOK
+	})
+}
+
+func (e *daemonEnv) netnsDefault(t *testing.T) string {
+	t.Helper()
+	var def string
+	if err := e.ns.Do(func() error {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+		def = strings.TrimSpace(string(b))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return def
+}
+
+func registered(name string) bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	return err == nil && strings.Contains(" "+strings.TrimSpace(string(b))+" ", " "+name+" ")
+}
+
+// TestDaemon runs the daemon as a fleet would: it attaches what its
+// config names, puts back what is changed or removed by hand, leaves the
+// CLI's own state alone, follows a changed config, survives a restart
+// without registering anything again, and leaves everything pinned when
+// it stops.
+func TestDaemon(t *testing.T) {
+	e := newDaemonEnv(t)
+	const config = `ccs:
+  - name: theta_powertcp
+    params:
+      base_rtt: 20us
+      host_bw: 1gbit
+  - name: bpf_dctcp
+default: theta_powertcp
+int:
+  peers: [198.18.0.0/15]
+  slots: 1
+reconcile-interval: 1h
+`
+	e.writeConfig(t, config)
+
+	plan := e.cli(t, "daemon", "--config", e.config, "--dry-run")
+	for _, want := range []string{"attach theta_powertcp", "attach bpf_dctcp", "default theta_powertcp", "int-enable int", "nothing was changed"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("--dry-run says:\n%s\nlacking %q", plan, want)
+		}
+	}
+	if registered("theta_powertcp") {
+		t.Fatal("--dry-run registered theta_powertcp")
+	}
+
+	d := e.startDaemon(t)
+	e.waitReady(t, d)
+	ccs := e.list(t)
+	if !ccs["theta_powertcp"].Attached || !ccs["bpf_dctcp"].Attached {
+		t.Fatalf("after the first reconcile: %+v", ccs)
+	}
+	if got := ccs["theta_powertcp"].Params["base_rtt"]; got != "20us" {
+		t.Errorf("base_rtt is %s, config says 20us", got)
+	}
+	if def := e.netnsDefault(t); def != "theta_powertcp" {
+		t.Errorf("the namespace's default CC is %s", def)
+	}
+	if !strings.Contains(e.cli(t, "int", "status"), "198.18.0.0/15") {
+		t.Error("INT is not enabled for 198.18.0.0/15")
+	}
+
+	// Drift, a CC detached by hand, and a CC of the CLI's own.
+	e.cli(t, "set", "theta_powertcp", "base_rtt=50us")
+	e.cli(t, "detach", "bpf_dctcp")
+	e.cli(t, "attach", "hpcc")
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, d, "reconciled after SIGHUP", func() bool {
+		ccs := e.list(t)
+		return ccs["bpf_dctcp"].Attached && ccs["theta_powertcp"].Params["base_rtt"] == "20us"
+	})
+	if !e.list(t)["hpcc"].Attached {
+		t.Error("the daemon removed hpcc, which the CLI attached and the config does not name")
+	}
+
+	// A changed config: bpf_dctcp goes, hpcc (the CLI's) stays.
+	e.writeConfig(t, strings.Replace(config, "  - name: bpf_dctcp\n", "", 1))
+	waitFor(t, d, "bpf_dctcp detached after the config dropped it", func() bool { return !e.list(t)["bpf_dctcp"].Attached })
+	if !e.list(t)["hpcc"].Attached {
+		t.Error("the daemon removed hpcc after a config change")
+	}
+
+	// A broken config is refused and the last good one kept.
+	e.writeConfig(t, config+"hops: [{iface: lo, rate: 3gbit}]\n")
+	waitFor(t, d, "unready with a broken config", func() bool {
+		code, body, err := e.get("/readyz")
+		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "hops[0].rate")
+	})
+	if !e.list(t)["theta_powertcp"].Attached {
+		t.Error("a broken config removed theta_powertcp")
+	}
+	e.writeConfig(t, strings.Replace(config, "  - name: bpf_dctcp\n", "", 1))
+	e.waitReady(t, d)
+
+	_, metrics, err := e.get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ccload_reconcile_runs_total", `ccload_reconcile_actions_total{kind="attach"}`, "ccload_config_valid 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if code, _, err := e.get("/healthz"); err != nil || code != http.StatusOK {
+		t.Errorf("/healthz: %d %v", code, err)
+	}
+
+	// Restart: nothing may leave tcp_available_congestion_control, and
+	// the new daemon registers nothing again.
+	stopWatch := make(chan struct{})
+	var missing int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			if !registered("theta_powertcp") {
+				missing++
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	d.stop(t)
+	if !registered("theta_powertcp") {
+		t.Fatal("theta_powertcp left the kernel when the daemon stopped")
+	}
+	d2 := e.startDaemon(t)
+	e.waitReady(t, d2)
+	close(stopWatch)
+	wg.Wait()
+	if missing > 0 {
+		t.Errorf("theta_powertcp was missing from tcp_available_congestion_control %d times across the restart", missing)
+	}
+	if strings.Contains(d2.log.String(), "reconcile: attach") {
+		t.Errorf("the restarted daemon attached again:\n%s", d2.log)
+	}
+	if def := e.netnsDefault(t); def != "theta_powertcp" {
+		t.Errorf("after the restart the default CC is %s", def)
+	}
+
+	// --cleanup-on-exit: SIGTERM removes what ccload owns.
+	d2.stop(t)
+	d3 := e.startDaemon(t, "--cleanup-on-exit")
+	e.waitReady(t, d3)
+	d3.stop(t)
+	if registered("theta_powertcp") || registered("hpcc") {
+		t.Errorf("--cleanup-on-exit left CCs registered: %s", d3.log)
+	}
+	if def := e.netnsDefault(t); def == "theta_powertcp" {
+		t.Error("--cleanup-on-exit left the default naming a detached CC")
+	}
+}
+
+// TestDaemonBadConfig: a daemon started with a broken config exits at once
+// with the file, line and key.
+func TestDaemonBadConfig(t *testing.T) {
+	e := newDaemonEnv(t)
+	e.writeConfig(t, "ccs:\n  - name: theta_powertcp\n    params:\n      gamma: 7\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := e.cmd(ctx, "daemon", "--config", e.config, "--metrics-addr", "").CombinedOutput()
+	if err == nil {
+		t.Fatalf("the daemon accepted a broken config:\n%s", out)
+	}
+	for _, want := range []string{e.config + ":4: ccs[0].params.gamma", "fix:"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the error says:\n%s\nlacking %q", out, want)
+		}
+	}
+	if registered("theta_powertcp") {
+		t.Error("a broken config registered theta_powertcp")
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the daemon's output and the test may
+// use at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
