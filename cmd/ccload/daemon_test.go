@@ -1,4 +1,4 @@
-package daemon_test
+package main
 
 import (
 	"bufio"
@@ -29,7 +29,8 @@ import (
 // would on a host.
 type daemonEnv struct {
 	bin, bpffs, config string
-	ns                 *testbed.Host
+	env                []string // makes bin run as ccload
+	ns, peer           *testbed.Host
 	metrics            string // the daemon's --metrics-addr, in ns
 }
 
@@ -37,11 +38,8 @@ func newDaemonEnv(t *testing.T) *daemonEnv {
 	t.Helper()
 	testutil.RequireKernelCC(t, "theta_powertcp", "bpf_dctcp", "hpcc")
 	p := testnet.NewPair(t)
-	e := &daemonEnv{ns: p.A, bpffs: t.TempDir(), metrics: "127.0.0.1:19810"}
-	e.bin = filepath.Join(t.TempDir(), "ccload")
-	if out, err := exec.Command("go", "build", "-o", e.bin, "../cmd/ccload").CombinedOutput(); err != nil {
-		t.Fatalf("build ccload: %v\n%s", err, out)
-	}
+	e := &daemonEnv{ns: p.A, peer: p.B, bpffs: t.TempDir(), metrics: "127.0.0.1:19810"}
+	e.bin, e.env = selfAsCLI(t)
 	if err := unix.Mount("bpf", e.bpffs, "bpf", 0, "mode=0700"); err != nil {
 		t.Fatalf("mount bpffs at %s: %v", e.bpffs, err)
 	}
@@ -60,7 +58,9 @@ func newDaemonEnv(t *testing.T) *daemonEnv {
 }
 
 func (e *daemonEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
-	return e.ns.Command(ctx, e.bin, append([]string{"--bpffs", e.bpffs}, args...)...)
+	c := e.ns.Command(ctx, e.bin, append([]string{"--bpffs", e.bpffs}, args...)...)
+	c.Env = e.env
+	return c
 }
 
 // cli runs a ccload command in the namespace and fails the test if it
@@ -111,16 +111,16 @@ func (e *daemonEnv) list(t *testing.T) map[string]ccState {
 }
 
 // daemon is a running `ccload daemon`.
-type daemon struct {
+type daemonProc struct {
 	cmd  *exec.Cmd
 	log  *syncBuffer
 	done chan error
 }
 
-func (e *daemonEnv) startDaemon(t *testing.T, extra ...string) *daemon {
+func (e *daemonEnv) startDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
 	args := append([]string{"daemon", "--config", e.config, "--metrics-addr", e.metrics}, extra...)
-	d := &daemon{cmd: e.cmd(context.Background(), args...), log: &syncBuffer{}, done: make(chan error, 1)}
+	d := &daemonProc{cmd: e.cmd(context.Background(), args...), log: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start the daemon: %v", err)
@@ -136,7 +136,7 @@ func (e *daemonEnv) startDaemon(t *testing.T, extra ...string) *daemon {
 }
 
 // stop sends SIGTERM and waits for the daemon to exit.
-func (d *daemon) stop(t *testing.T) {
+func (d *daemonProc) stop(t *testing.T) {
 	t.Helper()
 	// nsenter passes the signal on to the daemon it runs.
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -177,8 +177,8 @@ func (e *daemonEnv) get(path string) (int, string, error) {
 	return code, body, err
 }
 
-// waitFor polls cond every 100 ms for up to 30 s.
-func waitFor(t *testing.T, d *daemon, what string, cond func() bool) {
+// waitUntil polls cond every 100 ms for up to 30 s.
+func (d *daemonProc) waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for i := 0; i < 300; i++ {
 		if cond() {
@@ -193,9 +193,9 @@ func waitFor(t *testing.T, d *daemon, what string, cond func() bool) {
 	t.Fatalf("not %s after 30 s; daemon log:\n%s", what, d.log)
 }
 
-func (e *daemonEnv) waitReady(t *testing.T, d *daemon) {
+func (e *daemonEnv) waitReady(t *testing.T, d *daemonProc) {
 	t.Helper()
-	waitFor(t, d, "ready", func() bool {
+	d.waitUntil(t, "ready", func() bool {
 		code, _, err := e.get("/readyz")
 		return err == nil && code == http.StatusOK
 	})
@@ -226,7 +226,7 @@ func registered(name string) bool {
 // it stops.
 func TestDaemon(t *testing.T) {
 	e := newDaemonEnv(t)
-	const config = `ccs:
+	config := `ccs:
   - name: theta_powertcp
     params:
       base_rtt: 20us
@@ -237,6 +237,9 @@ int:
   peers: [198.18.0.0/15]
   slots: 1
 reconcile-interval: 1h
+clock:
+  peers: [` + e.peer.Addr.String() + `]
+  port: 3199
 `
 	e.writeConfig(t, config)
 
@@ -265,6 +268,9 @@ reconcile-interval: 1h
 	if !strings.Contains(e.cli(t, "int", "status"), "198.18.0.0/15") {
 		t.Error("INT is not enabled for 198.18.0.0/15")
 	}
+	if !strings.Contains(d.log.String(), "clock agent on UDP [::]:3199") {
+		t.Errorf("the clock agent did not start:\n%s", d.log)
+	}
 
 	// Drift, a CC detached by hand, and a CC of the CLI's own.
 	e.cli(t, "set", "theta_powertcp", "base_rtt=50us")
@@ -273,7 +279,7 @@ reconcile-interval: 1h
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, d, "reconciled after SIGHUP", func() bool {
+	d.waitUntil(t, "reconciled after SIGHUP", func() bool {
 		ccs := e.list(t)
 		return ccs["bpf_dctcp"].Attached && ccs["theta_powertcp"].Params["base_rtt"] == "20us"
 	})
@@ -283,14 +289,14 @@ reconcile-interval: 1h
 
 	// A changed config: bpf_dctcp goes, hpcc (the CLI's) stays.
 	e.writeConfig(t, strings.Replace(config, "  - name: bpf_dctcp\n", "", 1))
-	waitFor(t, d, "bpf_dctcp detached after the config dropped it", func() bool { return !e.list(t)["bpf_dctcp"].Attached })
+	d.waitUntil(t, "bpf_dctcp detached after the config dropped it", func() bool { return !e.list(t)["bpf_dctcp"].Attached })
 	if !e.list(t)["hpcc"].Attached {
 		t.Error("the daemon removed hpcc after a config change")
 	}
 
 	// A broken config is refused and the last good one kept.
 	e.writeConfig(t, config+"hops: [{iface: lo, rate: 3gbit}]\n")
-	waitFor(t, d, "unready with a broken config", func() bool {
+	d.waitUntil(t, "unready with a broken config", func() bool {
 		code, body, err := e.get("/readyz")
 		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "hops[0].rate")
 	})
