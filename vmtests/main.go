@@ -57,7 +57,7 @@ func guestPackages() []testPackage {
 			"TestDCTCPMatchesKernel", "TestRXTimestampsThroughFQ", "TestClockAgentKeepsStampsOutOfFQ",
 			"TestOnRampIncast", "TestOnRampPauseHoldsFlow", "TestOnRampUnderEveryCC",
 		}, "|") + ")$"},
-		{name: "ccload", path: "cmd/ccload", tests: "^(TestOnRampCLI|TestDaemon|TestDaemonBadConfig)$"},
+		{name: "ccload", path: "cmd/ccload", tests: "^(TestOnRampCLI|TestDaemon|TestDaemonBadConfig|TestDaemonOnRamp)$"},
 		{name: "onramp", path: "onramp", tests: "^TestDataPath$"},
 		{name: "clocksync", path: "clocksync", tests: "^(TestScrubClearsOnlyReceiveStamps|TestScrubReplacesFilterOfDeadAgent|TestClockMapReadByBPF|TestRestartIDsMatchesStampsAgain)$"},
 		{name: "testbed", path: "testbed", tests: "^TestDumbbellECNMarking$"},

@@ -409,3 +409,56 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestDaemonOnRamp: the daemon turns On-Ramp on for an interface its config
+// names, with an INT hop beside it, and off again when the config drops
+// them. It needs sch_fq, so it runs in the vmtests guests.
+func TestDaemonOnRamp(t *testing.T) {
+	e := newDaemonEnv(t)
+	iface, err := e.ns.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := `ccs:
+  - name: theta_powertcp
+reconcile-interval: 1h
+`
+	e.writeConfig(t, config+`onramp:
+  - iface: `+iface+`
+    peers: [198.18.0.0/15]
+    threshold: 200us
+hops:
+  - iface: `+iface+`
+    rate: 1gbit
+`)
+	d := e.startDaemon(t)
+	d.waitUntil(t, "reconciled", func() bool {
+		_, body, err := e.get("/readyz")
+		return err == nil && (strings.HasPrefix(body, "ok") || strings.Contains(body, "CONFIG_NET_SCH_FQ"))
+	})
+	if _, body, _ := e.get("/readyz"); strings.Contains(body, "CONFIG_NET_SCH_FQ") {
+		testutil.SkipKernelLacks(t, "sch_fq")
+	}
+	var st []struct {
+		Iface    string `json:"iface"`
+		Attached bool   `json:"attached"`
+		Settings struct {
+			ThresholdNs uint64 `json:"threshold_ns"`
+		} `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(e.cli(t, "onramp", "status", "--json")), &st); err != nil {
+		t.Fatalf("decode onramp status --json: %v", err)
+	}
+	if len(st) != 1 || st[0].Iface != iface || !st[0].Attached || st[0].Settings.ThresholdNs != 200_000 {
+		t.Fatalf("On-Ramp after the first reconcile: %+v", st)
+	}
+	if !strings.Contains(e.cli(t, "int", "status"), iface) {
+		t.Errorf("the INT hop on %s is not listed", iface)
+	}
+
+	e.writeConfig(t, config)
+	d.waitUntil(t, "On-Ramp and the hop removed after the config dropped them", func() bool {
+		return strings.TrimSpace(e.cli(t, "onramp", "status", "--json")) == "[]" && !strings.Contains(e.cli(t, "int", "status"), iface)
+	})
+	d.stop(t)
+}
