@@ -12,6 +12,7 @@ import (
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
 	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/metrics"
 )
 
 // loaderOptions are the CC loader's options the persistent flags ask for.
@@ -59,9 +60,11 @@ instead, as 'ccload reset' does.
 			opts.Host = a.host
 			opts.LoaderOptions = a.loaderOptions()
 			opts.Recover = recoverHost
-			opts.Collectors = metricsCollectors(a.host)
 			logger := log.New(c.ErrOrStderr(), "", log.LstdFlags)
 			opts.Logf = logger.Printf
+			opts.Collectors = []prometheus.Collector{metrics.NewCollector(a.host, metrics.WithErrorHandler(func(part string, err error) {
+				logger.Printf("metrics: read %s: %v", part, err)
+			}))}
 			d := daemon.New(opts)
 			if dryRun {
 				pl, err := d.Plan()
@@ -144,7 +147,3 @@ Running it again after a failure finishes the job.`,
 // recoverHost cleans up what crashed ccload commands left under host's
 // pin root. The caller holds the lock.
 func recoverHost(host kernel.Host) error { return nil }
-
-// metricsCollectors are the collectors of ccload's kernel state that the
-// daemon serves.
-func metricsCollectors(host kernel.Host) []prometheus.Collector { return nil }

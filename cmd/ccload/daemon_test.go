@@ -21,6 +21,7 @@ import (
 
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
+	"github.com/ccload/ccload/metrics/promtest"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -58,7 +59,13 @@ func newDaemonEnv(t *testing.T) *daemonEnv {
 }
 
 func (e *daemonEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
-	c := e.ns.Command(ctx, e.bin, append([]string{"--bpffs", e.bpffs}, args...)...)
+	args = append([]string{"--bpffs", e.bpffs}, args...)
+	var c *exec.Cmd
+	if e.ns == nil {
+		c = exec.CommandContext(ctx, e.bin, args...)
+	} else {
+		c = e.ns.Command(ctx, e.bin, args...)
+	}
 	c.Env = e.env
 	return c
 }
@@ -156,7 +163,11 @@ func (d *daemonProc) stop(t *testing.T) {
 func (e *daemonEnv) get(path string) (int, string, error) {
 	var code int
 	var body string
-	err := e.ns.Do(func() error {
+	do := func(f func() error) error { return f() }
+	if e.ns != nil {
+		do = e.ns.Do
+	}
+	err := do(func() error {
 		// Dialled on this goroutine, whose thread is in the namespace.
 		conn, err := net.DialTimeout("tcp", e.metrics, 2*time.Second)
 		if err != nil {
@@ -460,5 +471,71 @@ hops:
 	d.waitUntil(t, "On-Ramp and the hop removed after the config dropped them", func() bool {
 		return strings.TrimSpace(e.cli(t, "onramp", "status", "--json")) == "[]" && !strings.Contains(e.cli(t, "int", "status"), iface)
 	})
+	d.stop(t)
+}
+
+// TestDaemonPrometheus points a real Prometheus server (Debian's
+// prometheus package) at a daemon in this network namespace and gets a
+// ccload_ series back with a non-zero value; promtool checks what the
+// daemon serves.
+func TestDaemonPrometheus(t *testing.T) {
+	testutil.RequireKernelCC(t, "theta_powertcp")
+	e := &daemonEnv{bpffs: t.TempDir(), metrics: "127.0.0.1:0"}
+	e.bin, e.env = selfAsCLI(t)
+	if err := unix.Mount("bpf", e.bpffs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs at %s: %v", e.bpffs, err)
+	}
+	t.Cleanup(func() {
+		if out, err := e.cmd(context.Background(), "reset").CombinedOutput(); err != nil {
+			t.Errorf("reset: %v\n%s", err, out)
+		}
+		if err := unix.Unmount(e.bpffs, 0); err != nil {
+			t.Errorf("unmount %s: %v", e.bpffs, err)
+		}
+	})
+	e.config = filepath.Join(t.TempDir(), "config.yaml")
+	// Nothing host-wide beyond the CC itself: no default, no INT.
+	e.writeConfig(t, "ccs:\n  - name: theta_powertcp\n")
+	d := e.startDaemon(t)
+	var addr string
+	d.waitUntil(t, "serving", func() bool {
+		for _, line := range strings.Split(d.log.String(), "\n") {
+			if _, a, ok := strings.Cut(line, "/readyz on "); ok {
+				addr = strings.TrimSpace(a)
+				return true
+			}
+		}
+		return false
+	})
+	e.metrics = addr
+	d.waitUntil(t, "ready", func() bool {
+		code, _, err := e.get("/readyz")
+		return err == nil && code == http.StatusOK
+	})
+
+	_, text, err := e.get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if promtool, err := exec.LookPath("promtool"); err != nil {
+		testutil.Skip(t, "promtool is not installed (Debian package prometheus)")
+	} else {
+		check := exec.Command(promtool, "check", "metrics")
+		check.Stdin = strings.NewReader(text)
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	}
+
+	srv := promtest.Run(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, q := range []string{`ccload_cc_attached{cc="theta_powertcp"}`, "ccload_reconcile_runs_total"} {
+		v, err := srv.Wait(ctx, q, func(v float64) bool { return v > 0 })
+		if err != nil {
+			t.Fatalf("Prometheus never returned %s > 0: %v\n%s", q, err, srv.Log())
+		}
+		t.Logf("Prometheus: %s = %g", q, v)
+	}
 	d.stop(t)
 }
