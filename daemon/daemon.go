@@ -329,15 +329,22 @@ func (d *Daemon) Ready() (bool, error) {
 	return d.ready, d.lastErr
 }
 
+// The daemon's HTTP paths, which the DaemonSet's probes and Prometheus use.
+const (
+	MetricsPath = "/metrics"
+	HealthzPath = "/healthz"
+	ReadyzPath  = "/readyz"
+)
+
 // Handler serves /metrics, /healthz (the process is alive) and /readyz
 // (the last reconcile succeeded).
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle(MetricsPath, promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc(HealthzPath, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(ReadyzPath, func(w http.ResponseWriter, r *http.Request) {
 		ok, err := d.Ready()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)

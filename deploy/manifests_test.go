@@ -34,8 +34,8 @@ const manifestDir = "kubernetes"
 
 // The paths the daemon serves its probes at (daemon.Daemon.Handler).
 const (
-	healthzPath = "/healthz"
-	readyzPath  = "/readyz"
+	healthzPath = daemon.HealthzPath
+	readyzPath  = daemon.ReadyzPath
 )
 
 // kustomization is the part of kustomize's Kustomization that ours uses.
