@@ -93,7 +93,7 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 			ca->alpha = p->alpha_on_init;
 		dctcp_reset_window(tp, ca);
 		ca->counted = 1;
-		stat_add(&stats, STAT_SOCK_INIT, 1);
+		CC_COUNT_SOCK_INIT();
 		return;
 	}
 

@@ -95,7 +95,7 @@ void BPF_PROG(hpcc_init, struct sock *sk)
 
 	__builtin_memset(ca, 0, sizeof(*ca));
 	ca->flags = HPCC_COUNTED;
-	stat_add(&stats, STAT_SOCK_INIT, 1);
+	CC_COUNT_SOCK_INIT();
 	if (!p)
 		return;
 	ca->u = FP_ONE;

@@ -18,7 +18,7 @@ import (
 
 // Action is one change a reconcile makes.
 type Action struct {
-	// Kind is what it does: attach, set, detach, default, int-enable,
+	// Kind is what it does: attach, upgrade, set, detach, default, int-enable,
 	// int-disable, hop-attach, hop-detach, onramp-enable, onramp-disable.
 	Kind string `json:"kind"`
 	// Target is what it acts on: a CC's name, an interface, "int".
@@ -89,6 +89,16 @@ func (p *parts) plan(d *Desired, owned Owned) (*Plan, error) {
 			}
 			add("attach", req.Name, why, func() error {
 				_, err := p.ccs.Attach(req)
+				return err
+			})
+		case cur.UpgradeAvailable:
+			// A new ccload (the DaemonSet rolled) embeds another build:
+			// swap it in place, keeping the name registered throughout,
+			// and bring the parameters to the config's at once.
+			up := req
+			up.Replace = true
+			add("upgrade", req.Name, fmt.Sprintf("generation %d was built from another object", cur.Generation), func() error {
+				_, err := p.ccs.Attach(up)
 				return err
 			})
 		default:

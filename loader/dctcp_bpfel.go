@@ -27,6 +27,7 @@ const (
 	dctcpProgDctcpSetState   = "dctcp_set_state"
 	dctcpProgDctcpSsthresh   = "dctcp_ssthresh"
 	dctcpProgDctcpUndoCwnd   = "dctcp_undo_cwnd"
+	dctcpVarCcloadBuild      = "ccload_build"
 )
 
 // loadDctcp returns the embedded CollectionSpec for dctcp.
@@ -94,6 +95,7 @@ type dctcpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dctcpVariableSpecs struct {
+	CcloadBuild *ebpf.VariableSpec `ebpf:"ccload_build"`
 }
 
 // dctcpObjects contains all objects after they have been loaded into the kernel.
@@ -133,6 +135,7 @@ func (m *dctcpMaps) Close() error {
 //
 // It can be passed to loadDctcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dctcpVariables struct {
+	CcloadBuild *ebpf.Variable `ebpf:"ccload_build"`
 }
 
 // dctcpPrograms contains all programs after they have been loaded into the kernel.

@@ -30,6 +30,7 @@ const (
 	hpccProgHpccSsthresh          = "hpcc_ssthresh"
 	hpccProgHpccUndoCwnd          = "hpcc_undo_cwnd"
 	hpccVarCcTraceEventBtf        = "cc_trace_event_btf"
+	hpccVarCcloadBuild            = "ccload_build"
 )
 
 // loadHpcc returns the embedded CollectionSpec for hpcc.
@@ -100,6 +101,7 @@ type hpccMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hpccVariableSpecs struct {
 	CcTraceEventBtf *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
+	CcloadBuild     *ebpf.VariableSpec `ebpf:"ccload_build"`
 }
 
 // hpccObjects contains all objects after they have been loaded into the kernel.
@@ -146,6 +148,7 @@ func (m *hpccMaps) Close() error {
 // It can be passed to loadHpccObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hpccVariables struct {
 	CcTraceEventBtf *ebpf.Variable `ebpf:"cc_trace_event_btf"`
+	CcloadBuild     *ebpf.Variable `ebpf:"ccload_build"`
 }
 
 // hpccPrograms contains all programs after they have been loaded into the kernel.

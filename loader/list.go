@@ -11,14 +11,29 @@ type CCStatus struct {
 	Registration kernel.Registration `json:"registration,omitempty"`
 	PinDir       string              `json:"pin_dir,omitempty"`
 	Default      bool                `json:"default"`
-	SocketsInUse int64               `json:"sockets_in_use"`
-	Params       map[string]string   `json:"params"`
-	Stats        Stats               `json:"stats,omitempty"`
+	// SocketsInUse counts the sockets that use the CC, in every
+	// generation.
+	SocketsInUse int64             `json:"sockets_in_use"`
+	Params       map[string]string `json:"params"`
+	// Stats are the counters of the current generation.
+	Stats Stats `json:"stats,omitempty"`
+	// Generation and Object identify what new sockets get.
+	Generation uint32 `json:"generation,omitempty"`
+	Object     Object `json:"object,omitzero"`
+	// UpgradeAvailable is true when this ccload embeds another build of
+	// the CC than the one attached: `ccload attach NAME --replace` (or
+	// Loader.Upgrade) swaps it in.
+	UpgradeAvailable bool `json:"upgrade_available,omitempty"`
+	// Generations are the current generation and those that upgrades
+	// replaced and that live sockets still use, newest first.
+	Generations []GenerationStatus `json:"generations,omitempty"`
 }
 
 // List reports every built-in CC: attached or not, its parameters (the
-// live values when attached, the defaults otherwise) and its counters.
-// It needs no capabilities beyond reading bpffs.
+// live values when attached, the defaults otherwise), its counters, and
+// its generations. It changes nothing (PruneGenerations removes what
+// finished generations leave). Without CAP_SYS_ADMIN it tells a replaced
+// generation's use by its socket count alone.
 func (l *Loader) List() ([]CCStatus, error) {
 	def, _ := kernel.ReadSysctl(l.host.ProcSys, sysctlDefault)
 	var out []CCStatus
@@ -38,10 +53,14 @@ func (l *Loader) List() ([]CCStatus, error) {
 			if vals, _, err := readParams(cc, st.params); err == nil {
 				s.Params = formatParams(cc, vals)
 			}
-			if stats, err := readStats(st.stats); err == nil {
-				s.Stats = stats
-				s.SocketsInUse = stats.SocketsInUse()
+			s.Generations = l.generations(cc, st)
+			s.Stats = s.Generations[0].Stats
+			for _, g := range s.Generations {
+				s.SocketsInUse += g.SocketsInUse
 			}
+			s.Generation, s.Object = st.meta.Generation, st.meta.object()
+			_, hash := objectOf(cc, l.build)
+			s.UpgradeAvailable = st.meta.Hash != hash
 		}
 		st.close()
 		out = append(out, s)

@@ -16,13 +16,14 @@ import (
 	"github.com/ccload/ccload/internal/pin"
 )
 
-// Loader attaches, tunes and detaches ccload's congestion controls.
-// It keeps no state of its own: everything lives in the kernel and in
-// bpffs pins, so separate ccload processes see the same picture.
+// Loader attaches, tunes, upgrades and detaches ccload's congestion
+// controls. It keeps no state of its own: everything lives in the kernel
+// and in bpffs pins, so separate ccload processes see the same picture.
 type Loader struct {
 	host   kernel.Host
 	reg    kernel.Registration // forced registration mode; "" = best available
 	shared SharedMaps          // the INT store, for CCs that read INT
+	build  uint32              // ccload_build set in the objects (WithBuildVersion)
 }
 
 // SharedMaps lends the CCs that read INT (CC.UsesINT) the map they share
@@ -53,6 +54,15 @@ func WithSharedMaps(s SharedMaps) Option {
 	return func(l *Loader) { l.shared = s }
 }
 
+// WithBuildVersion loads the CCs with their ccload_build constant set to
+// n (0, the default, is the build as shipped). A CC loaded with another n
+// is another object (Object differs), so attaching with Replace swaps it
+// in as a new generation; its sockets count "build_inits" when n != 0.
+// It exists to test upgrades with a genuinely different object.
+func WithBuildVersion(n uint32) Option {
+	return func(l *Loader) { l.build = n }
+}
+
 // New returns a Loader acting on host.
 func New(host kernel.Host, opts ...Option) *Loader {
 	l := &Loader{host: host}
@@ -62,8 +72,18 @@ func New(host kernel.Host, opts ...Option) *Loader {
 	return l
 }
 
+// With returns a copy of l with opts applied on top of its own.
+func (l *Loader) With(opts ...Option) *Loader {
+	c := *l
+	for _, o := range opts {
+		o(&c)
+	}
+	return &c
+}
+
 // Names of the pins in a CC's directory that are not its maps. The maps
-// are pinned under their names in the object (mapParams, mapStats, ...).
+// are pinned under their names in the object (mapParams, mapStats, ...);
+// meta.go names the generation records.
 const (
 	pinLink = "link" // struct_ops link (RegLink)
 	pinOps  = "ops"  // struct_ops map (RegLegacy)
@@ -77,6 +97,10 @@ type AttachRequest struct {
 	Name       string            // built-in CC name
 	Params     map[string]string // parameter overrides, as typed by the user
 	SetDefault bool              // also make it the netns default CC
+	// Replace upgrades an attached CC that was built from another object
+	// than the one embedded in this ccload: the new build is swapped in
+	// under the same name (see Upgrade).
+	Replace bool
 }
 
 // AttachResult reports what Attach did.
@@ -88,13 +112,18 @@ type AttachResult struct {
 	PinDir          string              `json:"pin_dir"`
 	Params          map[string]string   `json:"params"`
 	Default         bool                `json:"default"`
-	Notes           []string            `json:"notes,omitempty"`
+	Generation      uint32              `json:"generation"`
+	Object          Object              `json:"object"`
+	// Upgrade says what Replace did; nil without Replace or when the CC
+	// was not attached.
+	Upgrade *UpgradeResult `json:"upgrade,omitempty"`
+	Notes   []string       `json:"notes,omitempty"`
 }
 
 // Attach registers a built-in CC with the kernel and pins it, so that it
 // stays registered after ccload exits. Attaching an attached CC changes
-// only the parameters given. On failure nothing is left registered or
-// pinned.
+// only the parameters given, unless Replace asks to swap in this
+// ccload's build. On failure nothing is left registered or pinned.
 func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 	cc, err := Lookup(req.Name)
 	if err != nil {
@@ -121,14 +150,38 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 		return nil, err
 	}
 	res.Notes = append(res.Notes, notes...)
+	notes, err = l.recoverCC(cc)
+	if err != nil {
+		return nil, err
+	}
+	res.Notes = append(res.Notes, notes...)
 
 	st, err := l.inspect(cc)
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
+	var carried map[string]uint64 // parameters of stale pins, kept
+	var restoreDefault bool       // stale pins of a legacy upgrade cut short in its gap
+	gen := uint32(1)
 	switch {
 	case st.attached:
+		if req.Replace {
+			up, err := l.upgrade(cc, f, st)
+			if err != nil {
+				return nil, err
+			}
+			res.Upgrade = up
+			res.Notes = append(res.Notes, up.Notes...)
+			// The upgrade may have pinned a new params map.
+			st.close()
+			if st, err = l.inspect(cc); err != nil {
+				return nil, err
+			}
+			if !st.attached {
+				return nil, fmt.Errorf("attach %s: not attached after its upgrade", cc.Name)
+			}
+		}
 		vals, notes, err := l.updateParams(cc, st.params, given)
 		if err != nil {
 			return nil, err
@@ -136,9 +189,20 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 		res.AlreadyAttached = true
 		res.Registration = st.reg
 		res.Params = formatParams(cc, vals)
+		res.Generation, res.Object = st.meta.Generation, st.meta.object()
 		res.Notes = append(res.Notes, notes...)
+		res.Notes = append(res.Notes, l.pruneGenerations(cc)...)
 		return res, l.maybeSetDefault(req, res)
 	case st.stale:
+		if st.params != nil {
+			if cur, _, err := readParams(cc, st.params); err == nil {
+				carried = cur
+			}
+		}
+		if j, err := readMeta(filepath.Join(res.PinDir, dirNext, pinMeta)); err == nil {
+			restoreDefault = j.Flags&metaDefaultMoved != 0
+			gen = j.Generation
+		}
 		if err := os.RemoveAll(res.PinDir); err != nil {
 			return nil, fmt.Errorf("remove stale pins %s: %w", res.PinDir, err)
 		}
@@ -150,7 +214,7 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 			nil, "a congestion control named %q is already registered, and not by ccload", cc.Name)
 	}
 
-	vals, notes, err := resolveParams(cc.Params, given, nil, l.autoParam)
+	vals, notes, err := resolveParams(cc.Params, given, carried, l.autoParam)
 	if err != nil {
 		return nil, err
 	}
@@ -160,12 +224,22 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 	if l.reg != "" {
 		reg = l.reg
 	}
-	if err := l.register(cc, f, reg, vals); err != nil {
+	rec, err := l.register(cc, f, reg, vals, gen)
+	if err != nil {
 		return nil, err
 	}
 	res.Registration = reg
 	res.CongControl = fmt.Sprintf("%d-argument cong_control", f.CongControlArgs)
 	res.Params = formatParams(cc, vals)
+	res.Generation, res.Object = rec.Generation, rec.object()
+	if restoreDefault {
+		if def, err := kernel.ReadSysctl(l.host.ProcSys, sysctlDefault); err == nil && isFallback(def) {
+			if err := kernel.WriteSysctl(l.host.ProcSys, sysctlDefault, cc.Name); err == nil {
+				res.Default = true
+				res.Notes = append(res.Notes, "the default congestion control, moved to "+def+" by an upgrade that was cut short, names "+cc.Name+" again")
+			}
+		}
+	}
 
 	if err := l.maybeSetDefault(req, res); err != nil {
 		// Roll back: an attach that did not do all it was asked leaves
@@ -186,53 +260,170 @@ func (l *Loader) maybeSetDefault(req AttachRequest, res *AttachResult) error {
 		return kernel.NewError(kernel.KindSysctl, "check that ccload runs with CAP_NET_ADMIN in this network namespace", err,
 			"make %s the default congestion control", req.Name)
 	}
+	pin.KillPoint("cc-default-set")
 	res.Default = true
 	return nil
 }
 
-// register loads cc, registers it in mode reg and pins it. It is
-// all-or-nothing: on error, nothing is registered and nothing is pinned.
-func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, vals map[string]uint64) (err error) {
+// loadOptions say how loadCC makes a CC's maps.
+type loadOptions struct {
+	// vals are the parameters to create the params map with; nil means
+	// the defaults, when the params map is not taken over.
+	vals map[string]uint64
+	// reuseFrom is a CC's pin directory: the new collection takes over
+	// each map pinned there that it is compatible with (params, the trace
+	// maps, power_hist), but never stats, whose counters are each
+	// generation's own.
+	reuseFrom string
+}
+
+// loadedCC is a CC's collection, loaded and verified and not yet
+// registered.
+type loadedCC struct {
+	coll *ebpf.Collection
+	// ops is the struct_ops map. With links, cilium/ebpf created and
+	// filled it (BPF_F_LINK: filling does not register). In legacy mode
+	// it is created empty, outside coll, and the update with value
+	// registers the CC.
+	ops    *ebpf.Map
+	value  []byte
+	reg    kernel.Registration
+	reused map[string]bool // maps taken over from loadOptions.reuseFrom
+	record metaRecord      // the generation's record, but its number
+	notes  []string
+}
+
+func (c *loadedCC) Close() {
+	if c.reg == kernel.RegLegacy && c.ops != nil {
+		c.ops.Close()
+	}
+	c.coll.Close()
+}
+
+// loadCC loads and verifies cc for registration mode reg. It registers
+// nothing. The INT store of a CC that reads INT is acquired; the caller
+// releases it if it gives up.
+func (l *Loader) loadCC(cc *CC, f *kernel.Features, reg kernel.Registration, o loadOptions) (_ *loadedCC, err error) {
 	spec, err := cc.load()
 	if err != nil {
-		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read embedded object %s", cc.Name)
+		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read embedded object %s", cc.Name)
 	}
 	if err := selectCongControl(spec, f.CongControlArgs); err != nil {
-		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "select programs for %s", cc.Name)
+		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "select programs for %s", cc.Name)
 	}
-	ops, ok := spec.Maps[cc.opsMap]
+	if v, ok := spec.Variables[varBuild]; ok {
+		if err := v.Set(l.build); err != nil {
+			return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "set %s in %s", varBuild, cc.Name)
+		}
+	} else if l.build != 0 {
+		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", nil, "object %s has no %s constant", cc.Name, varBuild)
+	}
+	opsSpec, ok := spec.Maps[cc.opsMap]
 	if !ok {
-		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", nil, "object %s has no struct_ops map %s", cc.Name, cc.opsMap)
+		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", nil, "object %s has no struct_ops map %s", cc.Name, cc.opsMap)
 	}
 	if reg == kernel.RegLegacy {
-		// Without BPF_F_LINK, cilium/ebpf's final map update registers
-		// the CC: the legacy path, and the only one before 6.4.
-		ops.Flags &^= unix.BPF_F_LINK
+		// Made apart (below), so that loading registers nothing.
+		opsSpec = opsSpec.Copy()
+		opsSpec.Flags &^= unix.BPF_F_LINK
+		delete(spec.Maps, cc.opsMap)
 	}
-	// Parameters go in at map creation, so no socket ever sees zeros.
-	layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params, cc.derived)
-	if err != nil {
-		return err
-	}
-	buf, err := layout.encode(vals)
-	if err != nil {
-		return err
-	}
-	spec.Maps[mapParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
 
-	opts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: f.Spec}, Cache: f.Cache}
+	ld := &loadedCC{reg: reg, reused: map[string]bool{}}
+	opts := ebpf.CollectionOptions{
+		Programs:        ebpf.ProgramOptions{KernelTypes: f.Spec},
+		Cache:           f.Cache,
+		MapReplacements: map[string]*ebpf.Map{},
+	}
+	if o.reuseFrom != "" {
+		for name, ms := range spec.Maps {
+			if strings.HasPrefix(name, ".") || name == cc.opsMap || name == mapStats || name == mapINTStore {
+				continue
+			}
+			m, err := ebpf.LoadPinnedMap(filepath.Join(o.reuseFrom, name), nil)
+			if err != nil {
+				continue
+			}
+			defer m.Close()
+			if ms.Compatible(m) != nil {
+				ld.notes = append(ld.notes, fmt.Sprintf("the new build's %s map differs from the old one's: the new generation gets its own", name))
+				continue
+			}
+			opts.MapReplacements[name] = m
+			ld.reused[name] = true
+		}
+	}
+	if !ld.reused[mapParams] {
+		vals := o.vals
+		if vals == nil {
+			var notes []string
+			if vals, notes, err = resolveParams(cc.Params, nil, nil, l.autoParam); err != nil {
+				return nil, err
+			}
+			ld.notes = append(ld.notes, notes...)
+			if o.reuseFrom != "" {
+				ld.notes = append(ld.notes, "the new build's parameters differ in layout: it starts from the defaults (set them again with ccload set)")
+			}
+		}
+		// Parameters go in at map creation, so no socket ever sees zeros.
+		layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params, cc.derived)
+		if err != nil {
+			return nil, err
+		}
+		buf, err := layout.encode(vals)
+		if err != nil {
+			return nil, err
+		}
+		spec.Maps[mapParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
+	}
 	if cc.UsesINT {
 		if l.shared == nil {
-			return kernel.NewError(kernel.KindBadObject, "this is a bug in ccload: report it", nil,
+			return nil, kernel.NewError(kernel.KindBadObject, "this is a bug in ccload: report it", nil,
 				"%s reads INT, but this loader was made without the INT store (loader.WithSharedMaps)", cc.Name)
 		}
 		store, err := l.shared.Acquire(cc.Name, spec.Maps[mapINTStore])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer store.Close()
-		opts.MapReplacements = map[string]*ebpf.Map{mapINTStore: store}
+		opts.MapReplacements[mapINTStore] = store
 	}
+	if ld.coll, err = ebpf.NewCollectionWithOptions(spec, opts); err != nil {
+		return nil, kernel.LoadError(cc.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			ld.Close()
+		}
+	}()
+	if reg == kernel.RegLegacy {
+		bare := opsSpec.Copy()
+		bare.Contents = nil
+		if ld.ops, err = ebpf.NewMapWithOptions(bare, ebpf.MapOptions{}); err != nil {
+			return nil, kernel.LoadError(cc.Name, fmt.Errorf("create struct_ops map: %w", err))
+		}
+		if ld.value, err = legacyOpsValue(opsSpec, ld.coll.Programs, spec.Programs, f.Spec); err != nil {
+			return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "struct_ops value of %s", cc.Name)
+		}
+	} else {
+		ld.ops = ld.coll.Maps[cc.opsMap]
+	}
+	info, err := ld.ops.Info()
+	if err != nil {
+		return nil, fmt.Errorf("read %s struct_ops map: %w", cc.Name, err)
+	}
+	id, _ := info.ID()
+	_, hash := objectOf(cc, l.build)
+	ld.record = metaRecord{Build: l.build, OpsMapID: uint32(id), Hash: hash, AttachedNs: time.Now().UnixNano()}
+	return ld, nil
+}
+
+// register loads cc, registers it in mode reg as generation gen and pins
+// it. It is all-or-nothing: on error, nothing is registered and nothing is
+// pinned. A process killed at any step leaves a stage, which the next
+// command removes (pin.CleanStale), or committed pins of a CC that is not
+// registered, which it treats as stale.
+func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, vals map[string]uint64, gen uint32) (rec metaRecord, err error) {
 	defer func() {
 		if err == nil {
 			return
@@ -241,53 +432,68 @@ func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, v
 		// let go of the name, so that a failed attach can be retried,
 		// and give the INT store back.
 		_ = waitUnregistered(l.host.ProcSys, cc.Name, time.Second)
-		if cc.UsesINT {
+		if cc.UsesINT && l.shared != nil {
 			_ = l.shared.Release(cc.Name)
 		}
 	}()
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	ld, err := l.loadCC(cc, f, reg, loadOptions{vals: vals})
 	if err != nil {
-		if reg == kernel.RegLegacy {
-			// The failure may have come after the registering update.
-			l.unregisterOrphan(cc.Name)
-		}
-		return kernel.LoadError(cc.Name, err)
+		return rec, err
 	}
-	defer coll.Close()
-	opsMap := coll.Maps[cc.opsMap]
+	defer ld.Close()
+	pin.KillPoint("cc-loaded")
+	rec = ld.record
+	rec.Generation = gen
 
-	stage, err := pin.NewStage(l.host.PinRoot(), cc.Name, l.PinDir(cc.Name))
+	dir := l.PinDir(cc.Name)
+	stage, err := pin.NewStage(l.host.PinRoot(), cc.Name, dir)
 	if err != nil {
-		return err
+		return rec, err
 	}
 	defer stage.Abort()
-	if reg == kernel.RegLegacy {
-		stage.OnAbort(func() { _ = opsMap.Delete(uint32(0)) })
-	}
 	// Every map but the struct_ops one and the shared INT store: params,
 	// stats, and the trace ring buffer and switch where the CC has them.
-	if err := stage.PinMaps(coll.Maps, cc.opsMap, mapINTStore); err != nil {
-		return fmt.Errorf("pin %s: %w", cc.Name, err)
+	if err := stage.PinMaps(ld.coll.Maps, cc.opsMap, mapINTStore); err != nil {
+		return rec, fmt.Errorf("pin %s: %w", cc.Name, err)
 	}
+	if err := pinMetaAt(stage.Path(pinMeta), rec); err != nil {
+		return rec, fmt.Errorf("pin %s: %w", cc.Name, err)
+	}
+	pin.KillPoint("cc-staged-maps")
 	if reg == kernel.RegLegacy {
-		if err := opsMap.Pin(stage.Path(pinOps)); err != nil {
-			return fmt.Errorf("pin %s struct_ops map: %w", cc.Name, err)
+		// Pinned and committed unregistered, then registered: a crash
+		// between the two leaves stale pins, never a registration that
+		// nothing pins.
+		if err := ld.ops.Pin(stage.Path(pinOps)); err != nil {
+			return rec, fmt.Errorf("pin %s struct_ops map: %w", cc.Name, err)
 		}
-		return stage.Commit()
+		if err := stage.Commit(); err != nil {
+			return rec, err
+		}
+		pin.KillPoint("cc-committed")
+		if err := ld.ops.Put(uint32(0), ld.value); err != nil {
+			_ = os.RemoveAll(dir)
+			return rec, kernel.LoadError(cc.Name, fmt.Errorf("register: %w", err))
+		}
+		pin.KillPoint("cc-registered")
+		return rec, nil
 	}
-	lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: opsMap})
+	lnk, err := link.AttachStructOps(link.StructOpsOptions{Map: ld.ops})
 	if err != nil {
-		return kernel.LoadError(cc.Name, fmt.Errorf("attach struct_ops link: %w", err))
+		return rec, kernel.LoadError(cc.Name, fmt.Errorf("attach struct_ops link: %w", err))
 	}
 	stage.OnAbort(func() { lnk.Close() })
+	pin.KillPoint("cc-link-attached")
 	if err := lnk.Pin(stage.Path(pinLink)); err != nil {
-		return fmt.Errorf("pin %s link: %w", cc.Name, err)
+		return rec, fmt.Errorf("pin %s link: %w", cc.Name, err)
 	}
+	pin.KillPoint("cc-link-pinned")
 	if err := stage.Commit(); err != nil {
-		return err
+		return rec, err
 	}
+	pin.KillPoint("cc-committed")
 	_ = lnk.Close() // the pin keeps it; closing our fd cannot undo that
-	return nil
+	return rec, nil
 }
 
 // selectCongControl keeps the cong_control program that matches the
@@ -313,31 +519,6 @@ func selectCongControl(spec *ebpf.CollectionSpec, args int) error {
 	return nil
 }
 
-// unregisterOrphan deletes a legacy registration of name that has no pin,
-// left by a load that failed after the registering map update.
-func (l *Loader) unregisterOrphan(name string) {
-	if ok, _ := isRegistered(l.host.ProcSys, name); !ok {
-		return
-	}
-	var id ebpf.MapID
-	for i := 0; i < 1<<16; i++ {
-		next, err := ebpf.MapGetNextID(id)
-		if err != nil {
-			return
-		}
-		id = next
-		m, err := ebpf.NewMapFromID(id)
-		if err != nil {
-			continue
-		}
-		info, err := m.Info()
-		if err == nil && info.Type == ebpf.StructOpsMap && info.Name != "" && strings.HasPrefix(name, info.Name) {
-			_ = m.Delete(uint32(0))
-		}
-		m.Close()
-	}
-}
-
 // attachState is what bpffs and the kernel say about one CC, read once
 // per call.
 type attachState struct {
@@ -347,6 +528,7 @@ type attachState struct {
 	reg        kernel.Registration
 	params     *ebpf.Map
 	stats      *ebpf.Map
+	meta       metaRecord // generation 1 of an unknown object without a record
 }
 
 func (s *attachState) close() {
@@ -383,6 +565,9 @@ func (l *Loader) inspect(cc *CC) (*attachState, error) {
 	}
 	if st.stats, err = ebpf.LoadPinnedMap(filepath.Join(dir, mapStats), nil); err != nil {
 		st.stats = nil
+	}
+	if st.meta, err = currentMeta(dir); err != nil {
+		st.meta = metaRecord{Generation: 1} // unreadable: unknown, as without one
 	}
 	if st.reg != "" && st.params != nil && st.stats != nil && registered {
 		st.attached = true
@@ -512,6 +697,9 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 		return nil, err
 	}
 	res := &DetachResult{Name: name}
+	if _, err := l.recoverCC(cc); err != nil {
+		return nil, err
+	}
 	st, err := l.inspect(cc)
 	if err != nil {
 		return nil, err
@@ -527,24 +715,18 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	}
 	res.WasAttached = st.attached
 	if st.stats != nil {
-		if s, err := readStats(st.stats); err == nil {
-			res.SocketsInUse = s.SocketsInUse()
+		for _, g := range l.generations(cc, st) {
+			res.SocketsInUse += g.SocketsInUse
 		}
 	}
 
 	if def, err := kernel.ReadSysctl(l.host.ProcSys, sysctlDefault); err == nil && def == name {
-		// cubic where allowed; in a child netns only CCs flagged
-		// TCP_CONG_NON_RESTRICTED may be the default, and reno always is.
-		var werr error
-		for _, fallback := range []string{"cubic", "reno"} {
-			if werr = kernel.WriteSysctl(l.host.ProcSys, sysctlDefault, fallback); werr == nil {
-				res.ResetDefault = fallback
-				break
-			}
+		fb, err := setFallbackDefault(l.host.ProcSys)
+		if err != nil {
+			return nil, fmt.Errorf("reset the default congestion control before detaching %s: %w", name, err)
 		}
-		if werr != nil {
-			return nil, fmt.Errorf("reset the default congestion control before detaching %s: %w", name, werr)
-		}
+		res.ResetDefault = fb
+		pin.KillPoint("cc-detach-default-reset")
 	}
 
 	dir := l.PinDir(name)
@@ -558,14 +740,16 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 		if err == nil {
 			derr := ops.Delete(uint32(0))
 			ops.Close()
-			if derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+			if derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) && st.attached {
 				return nil, fmt.Errorf("unregister %s: %w", name, derr)
 			}
 		}
 	}
+	pin.KillPoint("cc-detach-unregistered")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("remove pins %s: %w", dir, err)
 	}
+	pin.KillPoint("cc-detach-unpinned")
 	if err := waitUnregistered(l.host.ProcSys, name, time.Second); err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ const (
 	powertcpProgPowertcpSsthresh          = "powertcp_ssthresh"
 	powertcpProgPowertcpUndoCwnd          = "powertcp_undo_cwnd"
 	powertcpVarCcTraceEventBtf            = "cc_trace_event_btf"
+	powertcpVarCcloadBuild                = "ccload_build"
 )
 
 // loadPowertcp returns the embedded CollectionSpec for powertcp.
@@ -102,6 +103,7 @@ type powertcpMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type powertcpVariableSpecs struct {
 	CcTraceEventBtf *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
+	CcloadBuild     *ebpf.VariableSpec `ebpf:"ccload_build"`
 }
 
 // powertcpObjects contains all objects after they have been loaded into the kernel.
@@ -150,6 +152,7 @@ func (m *powertcpMaps) Close() error {
 // It can be passed to loadPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type powertcpVariables struct {
 	CcTraceEventBtf *ebpf.Variable `ebpf:"cc_trace_event_btf"`
+	CcloadBuild     *ebpf.Variable `ebpf:"ccload_build"`
 }
 
 // powertcpPrograms contains all programs after they have been loaded into the kernel.

@@ -25,6 +25,7 @@ type CC struct {
 	UsesINT bool
 
 	load   func() (*ebpf.CollectionSpec, error)
+	object []byte // the embedded ELF that load parses: its hash is the CC's identity
 	opsMap string // the struct_ops map's name in the object (bpf2go's constant)
 	// derived computes, from the parameters' stored values, the params
 	// struct's other members by their C names: values the BPF code would
@@ -69,6 +70,7 @@ func Builtin() []*CC {
 			Summary: "θ-PowerTCP: power-based window from RTT and RTT gradient (PowerTCP, NSDI'22, App. D)",
 			Params:  powerParams(),
 			load:    loadThetaPowertcp,
+			object:  _ThetaPowertcpBytes,
 			opsMap:  thetaPowertcpMapThetaPowertcp,
 			derived: derivePower,
 		},
@@ -78,6 +80,7 @@ func Builtin() []*CC {
 			Params:  powerParams(),
 			UsesINT: true,
 			load:    loadPowertcp,
+			object:  _PowertcpBytes,
 			opsMap:  powertcpMapPowertcp,
 			derived: derivePower,
 		},
@@ -98,6 +101,7 @@ func Builtin() []*CC {
 				expectedFlowsParam("N in W_AI = W_init·(1-η)/N: flows expected on a link"),
 			},
 			load:   loadHpcc,
+			object: _HpccBytes,
 			opsMap: hpccMapHpcc,
 		},
 		{
@@ -111,6 +115,7 @@ func Builtin() []*CC {
 					Default: "1", Min: 0, Max: 1024, Doc: "α of a new connection"},
 			},
 			load:   loadDctcp,
+			object: _DctcpBytes,
 			opsMap: dctcpMapBpfDctcp,
 		},
 	}

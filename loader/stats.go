@@ -23,6 +23,7 @@ var statNames = [...]string{
 	"no_int_acks",
 	"hist_starts",
 	"repairs",
+	"build_inits",
 }
 
 // Stats are a CC's counters, summed over CPUs, keyed by name.

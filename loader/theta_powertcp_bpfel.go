@@ -47,6 +47,7 @@ const (
 	thetaPowertcpProgThetaPowertcpSsthresh          = "theta_powertcp_ssthresh"
 	thetaPowertcpProgThetaPowertcpUndoCwnd          = "theta_powertcp_undo_cwnd"
 	thetaPowertcpVarCcTraceEventBtf                 = "cc_trace_event_btf"
+	thetaPowertcpVarCcloadBuild                     = "ccload_build"
 )
 
 // loadThetaPowertcp returns the embedded CollectionSpec for thetaPowertcp.
@@ -117,6 +118,7 @@ type thetaPowertcpMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type thetaPowertcpVariableSpecs struct {
 	CcTraceEventBtf *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
+	CcloadBuild     *ebpf.VariableSpec `ebpf:"ccload_build"`
 }
 
 // thetaPowertcpObjects contains all objects after they have been loaded into the kernel.
@@ -163,6 +165,7 @@ func (m *thetaPowertcpMaps) Close() error {
 // It can be passed to loadThetaPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type thetaPowertcpVariables struct {
 	CcTraceEventBtf *ebpf.Variable `ebpf:"cc_trace_event_btf"`
+	CcloadBuild     *ebpf.Variable `ebpf:"ccload_build"`
 }
 
 // thetaPowertcpPrograms contains all programs after they have been loaded into the kernel.

@@ -51,6 +51,7 @@ var ccCounters = [...]counterDef{
 	{"no_int_acks", "no_int_acks_total", "ACKs handled without INT: theta mode (PowerTCP)."},
 	{"hist_starts", "history_starts_total", "Flows that started from a recent flow's rate (PowerTCP)."},
 	{"repairs", "window_repairs_total", "Windows repaired after a callback the kernel skipped (DCTCP)."},
+	{"build_inits", "build_sockets_initialized_total", "Sockets started by a build with a non-zero ccload_build constant (upgrade tests)."},
 }
 
 // intCounters are the counters of bpf/int_sockops.c's enum int_stat, by
@@ -89,6 +90,7 @@ type families struct {
 	all []*family
 
 	ccAttached, ccDefault, ccSockets *family
+	ccGeneration, ccGenSockets       *family
 	ccCounters                       map[string]*family // by loader.Stats key
 
 	intEnabled  *family
@@ -119,6 +121,7 @@ const (
 	labelPart    = "part"
 	labelOwner   = "owner"
 	labelOption  = "option"
+	labelGen     = "generation"
 )
 
 const prefix = "ccload_"
@@ -136,6 +139,8 @@ func newFamilies() *families {
 	fs.ccAttached = add("cc_attached", "Whether ccload's CC is attached (1) or not (0).", gauge, labelCC)
 	fs.ccDefault = add("cc_default", "Whether the CC is the default of the network namespace (net.ipv4.tcp_congestion_control).", gauge, labelCC)
 	fs.ccSockets = add("cc_sockets", "Sockets that use the CC now.", gauge, labelCC)
+	fs.ccGeneration = add("cc_generation", "The generation of the CC that new sockets get: 1 at attach, one more at each in-place upgrade.", gauge, labelCC)
+	fs.ccGenSockets = add("cc_generation_sockets", "Sockets that use each generation of the CC now; older generations stay until their sockets close.", gauge, labelCC, labelGen)
 	for _, d := range ccCounters {
 		fs.ccCounters[d.key] = add("cc_"+d.suffix, d.help, counter, labelCC)
 	}

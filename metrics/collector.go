@@ -135,6 +135,12 @@ func (c *Collector) collectCCs(s *scrape) error {
 			continue
 		}
 		s.emit(c.fs.ccSockets, float64(cc.SocketsInUse), cc.Name)
+		if cc.Generation > 0 {
+			s.emit(c.fs.ccGeneration, float64(cc.Generation), cc.Name)
+		}
+		for _, g := range cc.Generations {
+			s.emit(c.fs.ccGenSockets, float64(g.SocketsInUse), cc.Name, strconv.FormatUint(uint64(g.Generation), 10))
+		}
 		for key, v := range cc.Stats {
 			if f, ok := c.fs.ccCounters[key]; ok {
 				s.emit(f, float64(v), cc.Name)

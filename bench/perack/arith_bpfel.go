@@ -35,6 +35,7 @@ const (
 	arithVarArithStep        = "arith_step"
 	arithVarArithThetaCa     = "arith_theta_ca"
 	arithVarCcTraceEventBtf  = "cc_trace_event_btf"
+	arithVarCcloadBuild      = "ccload_build"
 )
 
 // loadArith returns the embedded CollectionSpec for arith.
@@ -110,6 +111,7 @@ type arithVariableSpecs struct {
 	ArithStep        *ebpf.VariableSpec `ebpf:"arith_step"`
 	ArithThetaCa     *ebpf.VariableSpec `ebpf:"arith_theta_ca"`
 	CcTraceEventBtf  *ebpf.VariableSpec `ebpf:"cc_trace_event_btf"`
+	CcloadBuild      *ebpf.VariableSpec `ebpf:"ccload_build"`
 }
 
 // arithObjects contains all objects after they have been loaded into the kernel.
@@ -163,6 +165,7 @@ type arithVariables struct {
 	ArithStep        *ebpf.Variable `ebpf:"arith_step"`
 	ArithThetaCa     *ebpf.Variable `ebpf:"arith_theta_ca"`
 	CcTraceEventBtf  *ebpf.Variable `ebpf:"cc_trace_event_btf"`
+	CcloadBuild      *ebpf.Variable `ebpf:"ccload_build"`
 }
 
 // arithPrograms contains all programs after they have been loaded into the kernel.

@@ -95,16 +95,34 @@ enum ccload_stat {
 	STAT_NO_INT_ACKS,	/* ACKs handled without INT: θ mode (PowerTCP) */
 	STAT_HIST_STARTS,	/* flows that started from a recent flow's rate (PowerTCP) */
 	STAT_REPAIRS,		/* windows repaired after a callback the kernel skipped (DCTCP) */
+	STAT_BUILD_INITS,	/* init() calls of an object loaded with ccload_build != 0 */
 	STAT_MAX,
 };
 
+/*
+ * CCLOAD_STATS_MAP declares the "stats" map and ccload_build, a constant
+ * the loader may set before load (0 unless it does). The loader counts the
+ * constant in an object's identity (the hash in a CC's "meta" pin), so two
+ * loads with different values are different builds of the CC: the upgrade
+ * tests swap one in for the other and tell their sockets apart by
+ * STAT_BUILD_INITS, which only a build with a non-zero value counts.
+ */
 #define CCLOAD_STATS_MAP                                                     \
 	struct {                                                             \
 		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                     \
 		__uint(max_entries, STAT_MAX);                               \
 		__type(key, __u32);                                          \
 		__type(value, __u64);                                        \
-	} stats SEC(".maps")
+	} stats SEC(".maps");                                                \
+	volatile const __u32 ccload_build = 0
+
+/* Counts a socket into the CC (STAT_SOCK_INIT). Needs CCLOAD_STATS_MAP. */
+#define CC_COUNT_SOCK_INIT()                                                 \
+	do {                                                                 \
+		stat_add(&stats, STAT_SOCK_INIT, 1);                         \
+		if (ccload_build)                                            \
+			stat_add(&stats, STAT_BUILD_INITS, 1);               \
+	} while (0)
 
 /*
  * Per-ACK trace records for `ccload trace`, written only while trace_on[0]

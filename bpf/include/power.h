@@ -237,7 +237,7 @@ static __always_inline void power_init(struct sock *sk)
 
 	__builtin_memset(ca, 0, sizeof(*ca));
 	ca->flags = POWER_COUNTED;
-	stat_add(&stats, STAT_SOCK_INIT, 1);
+	CC_COUNT_SOCK_INIT();
 	if (!p)
 		return;
 

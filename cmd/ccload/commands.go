@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/loader"
 )
 
@@ -29,7 +31,14 @@ func newListCmd(a *app) *cobra.Command {
 		Long: `List the congestion controls compiled into this ccload binary. For each:
 whether it is attached, how it is registered, whether it is the default of
 this network namespace, how many sockets use it, its parameters (live values
-when attached) and its counters.`,
+when attached) and its counters.
+
+An attached CC has generations: an upgrade (attach --replace) registers a
+new one under the same name, which new sockets get, while live sockets keep
+the one they started with until they close. GEN is the generation new
+sockets get; each older generation that sockets still use is listed below
+its CC with its socket count. "upgrade available" means this ccload embeds
+another build than the one attached.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			l := a.loader()
@@ -45,16 +54,30 @@ when attached) and its counters.`,
 				}{ccs, kernel})
 			}
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tATTACHED\tDEFAULT\tSOCKETS\tACKS\tPARAMS")
+			fmt.Fprintln(tw, "NAME\tATTACHED\tDEFAULT\tGEN\tSOCKETS\tACKS\tPARAMS")
 			for _, s := range ccs {
-				att := "no"
+				att, gen := "no", "-"
 				if s.Attached {
 					att = "yes (" + string(s.Registration) + ")"
+					gen = fmt.Sprint(s.Generation)
 				} else if s.Stale {
 					att = "stale pins"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\t%s\n", s.Name, att, yesNo(s.Default),
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%d\t%s\n", s.Name, att, yesNo(s.Default), gen,
 					s.SocketsInUse, s.Stats["acks"], loader.ParamsString(s.Params))
+				for _, g := range s.Generations {
+					if len(s.Generations) == 1 && !s.UpgradeAvailable {
+						break
+					}
+					what := "old: live sockets keep it until they close"
+					if g.Current {
+						what = "current: new sockets get it"
+					}
+					fmt.Fprintf(tw, "  gen %d\t%s\t\t\t%d\t%d\tobject %s\n", g.Generation, what, g.SocketsInUse, g.Stats["acks"], g.Object.Short())
+				}
+				if s.UpgradeAvailable {
+					fmt.Fprintf(tw, "  upgrade available\tccload attach %s --replace\t\t\t\t\t\n", s.Name)
+				}
 			}
 			tw.Flush()
 			fmt.Fprintf(a.out, "\nregistered in the kernel: %s\n", strings.Join(kernel, " "))
@@ -114,26 +137,57 @@ func newAttachCmd(a *app) *cobra.Command {
 	var (
 		params     []string
 		setDefault bool
+		replace    bool
+		build      uint32
 		asJSON     bool
 	)
 	c := &cobra.Command{
-		Use:   "attach NAME [--param name=value]... [--default]",
+		Use:   "attach NAME [--param name=value]... [--default] [--replace]",
 		Short: "Register a CC with the kernel and pin it",
 		Long: `Register a congestion control with the kernel. It stays registered after
 ccload exits (it is pinned under /sys/fs/bpf/ccload/NAME) until 'ccload detach'.
 Attaching an attached CC changes nothing but the parameters given, and says so.
 
+--replace upgrades an attached CC in place when it was built from another
+object than the one in this ccload (after an upgrade of ccload itself; see
+"upgrade available" in 'ccload list'), and says so when it was not. A CC that
+is not attached is simply attached.
+  - On Linux 6.4 and later one link update swaps the new build in under the
+    same name. The name never leaves tcp_available_congestion_control, and
+    every new socket gets the new build, whether it asks by setsockopt or by
+    the sysctl: a namespace's default keeps pointing at the build it was set
+    to, so ccload sets it again, to the same name, in every network namespace
+    whose default names the CC (those it can see: its own, those of the
+    processes in its PID namespace, and those under /run/netns). Live sockets
+    keep the old build until they close; 'ccload list' shows both generations
+    and their sockets.
+  - Before 6.4 a swap cannot be gapless: the old build is unregistered and the
+    new one registered, and ccload prints how long the name was missing
+    (milliseconds: the kernel waits for an RCU grace period in between). In
+    that moment setsockopt(TCP_CONGESTION) with the name fails with ENOENT,
+    and new sockets that take this namespace's default get cubic: ccload
+    moves the default there for the swap, so that it never names a missing
+    CC, and back after. Other namespaces whose default names the CC keep
+    giving their new sockets the old build until the swap ends. Live sockets
+    keep the old build, as with links.
+The parameters carry over; both generations share them.
+
 Parameters (--param name=value, repeatable or comma-separated):` + paramHelp(),
 		Example: `  ccload attach theta_powertcp
   ccload attach theta_powertcp --param base_rtt=20us,gamma=0.9 --param host_bw=25gbit
-  ccload attach bpf_dctcp --default`,
+  ccload attach bpf_dctcp --default
+  ccload attach theta_powertcp --replace`,
 		Args: exactArgs(1, "one CC name"),
 		RunE: func(c *cobra.Command, args []string) error {
 			given, err := loader.ParseAssignments(params)
 			if err != nil {
 				return err
 			}
-			res, err := a.loader().Attach(loader.AttachRequest{Name: args[0], Params: given, SetDefault: setDefault})
+			l := a.loader()
+			if build != 0 {
+				l = l.With(loader.WithBuildVersion(build))
+			}
+			res, err := l.Attach(loader.AttachRequest{Name: args[0], Params: given, SetDefault: setDefault, Replace: replace})
 			if err != nil {
 				return fmt.Errorf("attach %s: %w", args[0], err)
 			}
@@ -143,20 +197,41 @@ Parameters (--param name=value, repeatable or comma-separated):` + paramHelp(),
 			for _, n := range res.Notes {
 				fmt.Fprintf(a.out, "note: %s\n", n)
 			}
-			if res.AlreadyAttached {
+			switch up := res.Upgrade; {
+			case up != nil && up.Upgraded:
+				fmt.Fprintf(a.out, "upgraded %s (%s registration): generation %d (object %s) replaces generation %d (object %s)\n",
+					res.Name, up.Registration, up.Generation, up.To.Short(), up.FromGeneration, up.From.Short())
+				if up.Registration == kernel.RegLegacy {
+					fmt.Fprintf(a.out, "%s was missing from tcp_available_congestion_control for at most %v", res.Name, up.Gap.Round(time.Microsecond))
+					if up.DefaultFallback != "" {
+						fmt.Fprintf(a.out, "; meanwhile the default was %s", up.DefaultFallback)
+					}
+					fmt.Fprintln(a.out)
+				} else {
+					fmt.Fprintf(a.out, "%s never left tcp_available_congestion_control\n", res.Name)
+				}
+				fmt.Fprintf(a.out, "%d live sockets keep generation %d until they close; new sockets get generation %d\n",
+					up.OldSockets, up.FromGeneration, up.Generation)
+			case up != nil:
+				fmt.Fprintf(a.out, "%s already runs this build (generation %d, object %s); nothing replaced", res.Name, res.Generation, res.Object.Short())
+				if len(given) > 0 {
+					fmt.Fprintf(a.out, "; parameters updated")
+				}
+				fmt.Fprintln(a.out)
+			case res.AlreadyAttached:
 				fmt.Fprintf(a.out, "%s is already attached (%s); nothing re-registered", res.Name, res.Registration)
 				if len(given) > 0 {
 					fmt.Fprintf(a.out, "; parameters updated")
 				}
 				fmt.Fprintln(a.out)
-			} else {
+			default:
 				fmt.Fprintf(a.out, "attached %s (%s registration, %s), pinned at %s\n",
 					res.Name, res.Registration, res.CongControl, res.PinDir)
 			}
 			fmt.Fprintf(a.out, "parameters: %s\n", loader.ParamsString(res.Params))
 			if res.Default {
 				fmt.Fprintf(a.out, "net.ipv4.tcp_congestion_control = %s\n", res.Name)
-			} else {
+			} else if !res.AlreadyAttached {
 				fmt.Fprintf(a.out, "select it with: sysctl net.ipv4.tcp_congestion_control=%s, or setsockopt(TCP_CONGESTION)\n", res.Name)
 			}
 			return nil
@@ -164,6 +239,9 @@ Parameters (--param name=value, repeatable or comma-separated):` + paramHelp(),
 	}
 	c.Flags().StringArrayVarP(&params, "param", "p", nil, "set a parameter, name=value (repeatable)")
 	c.Flags().BoolVar(&setDefault, "default", false, "also make it this network namespace's default CC (net.ipv4.tcp_congestion_control)")
+	c.Flags().BoolVar(&replace, "replace", false, "upgrade an attached CC built from another object to this ccload's build, in place")
+	c.Flags().Uint32Var(&build, "build-version", 0, "load the CC with its ccload_build constant set to this (tests of upgrades)")
+	_ = c.Flags().MarkHidden("build-version")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }

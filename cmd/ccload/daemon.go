@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -11,6 +10,7 @@ import (
 	"github.com/ccload/ccload/daemon"
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/recovery"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/metrics"
 )
@@ -28,6 +28,7 @@ func newDaemonCmd(a *app) *cobra.Command {
 		opts   daemon.Options
 		dryRun bool
 		asJSON bool
+		build  uint32
 	)
 	c := &cobra.Command{
 		Use:   "daemon [--config FILE] [--metrics-addr ADDR] [--dry-run] [--cleanup-on-exit]",
@@ -59,9 +60,19 @@ instead, as 'ccload reset' does.
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Host = a.host
 			opts.LoaderOptions = a.loaderOptions()
-			opts.Recover = recoverHost
+			if build != 0 {
+				opts.LoaderOptions = append(opts.LoaderOptions, loader.WithBuildVersion(build))
+			}
 			logger := log.New(c.ErrOrStderr(), "", log.LstdFlags)
 			opts.Logf = logger.Printf
+			opts.LockWait = a.lockWait
+			opts.Recover = func(h kernel.Host) error {
+				done, err := recovery.Run(h)
+				for _, d := range done {
+					logger.Printf("recover: %s", d)
+				}
+				return err
+			}
 			opts.Collectors = []prometheus.Collector{metrics.NewCollector(a.host, metrics.WithErrorHandler(func(part string, err error) {
 				logger.Printf("metrics: read %s: %v", part, err)
 			}))}
@@ -95,8 +106,9 @@ instead, as 'ccload reset' does.
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", "127.0.0.1:9810", "where to serve /metrics, /healthz and /readyz (empty: nowhere)")
 	f.BoolVar(&dryRun, "dry-run", false, "print what a reconcile would change, change nothing, and exit")
 	f.BoolVar(&opts.CleanupOnExit, "cleanup-on-exit", false, "on SIGTERM, remove everything ccload owns (as ccload reset) instead of leaving it pinned")
-	f.DurationVar(&opts.LockWait, "lock-timeout", 30*time.Second, "how long a reconcile waits for a ccload command that holds the lock")
 	f.BoolVar(&asJSON, "json", false, "with --dry-run, print the plan as JSON")
+	f.Uint32Var(&build, "build-version", 0, "load CCs with their ccload_build constant set to this, as a newer ccload would (tests of upgrades)")
+	_ = f.MarkHidden("build-version")
 	return c
 }
 
@@ -118,13 +130,15 @@ Running it again after a failure finishes the job.`,
 			if err := kernel.CheckCaps(); err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
-			lock, err := pin.AcquireLock(a.host.PinRoot(), 30*time.Second)
+			lock, err := pin.AcquireLock(a.host.PinRoot(), a.lockWait)
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
 			defer lock.Release()
-			if err := recoverHost(a.host); err != nil {
-				return fmt.Errorf("reset: %w", err)
+			// What crashed commands left is ccload's too: the sweep
+			// finishes or undoes it, and Reset removes the rest.
+			if _, err := recovery.Run(a.host); err != nil {
+				fmt.Fprintf(c.ErrOrStderr(), "note: recovering from earlier crashes: %v\n", err)
 			}
 			res, err := daemon.Reset(a.host, a.loaderOptions()...)
 			if err != nil {
@@ -143,7 +157,3 @@ Running it again after a failure finishes the job.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
-
-// recoverHost cleans up what crashed ccload commands left under host's
-// pin root. The caller holds the lock.
-func recoverHost(host kernel.Host) error { return nil }

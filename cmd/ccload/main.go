@@ -28,9 +28,10 @@ var version = "dev"
 
 // app carries what every subcommand needs; it replaces package globals.
 type app struct {
-	host   kernel.Host
-	legacy bool
-	out    io.Writer
+	host     kernel.Host
+	legacy   bool
+	lockWait time.Duration // how long a command that changes state waits for the lock (lock.go)
+	out      io.Writer
 }
 
 // loader returns the CC loader, wired to INT's store for the CCs that
@@ -151,12 +152,15 @@ ccload exits, until 'ccload detach'.`,
 	root.PersistentFlags().BoolVar(&a.legacy, "legacy-registration", false,
 		"register through a struct_ops map update, as on kernels before 6.4, even when links exist")
 	_ = root.PersistentFlags().MarkHidden("legacy-registration")
+	root.PersistentFlags().DurationVar(&a.lockWait, "lock-wait", defaultLockWait,
+		"how long a command that changes state waits for another ccload command, or the daemon, to finish")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usage(c, err)
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
 		newDetachCmd(a), newINTCmd(a), newClockCmd(a), newOnRampCmd(a), newTraceCmd(a), newDemoCmd(a), newBenchCmd(a), newVersionCmd(a),
 		newDaemonCmd(a), newResetCmd(a))
+	lockCommands(root, a)
 	return root
 }
 

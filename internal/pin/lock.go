@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ccload/ccload/internal/kernel"
 )
 
 // Lock is ccload's one lock on a pin root: every command that changes
@@ -49,8 +51,9 @@ func AcquireLock(root string, wait time.Duration) (*Lock, error) {
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("another ccload (a command or the daemon) held %s for %v; wait for it, or find it with `fuser -v %s`: %w",
-				root, wait, root, ErrLockTimeout)
+			return nil, kernel.NewError(kernel.KindUnknown,
+				fmt.Sprintf("wait for it to finish, or wait longer (ccload --lock-wait); `fuser -v %s` names the holder", root),
+				ErrLockTimeout, "another ccload command, or the daemon, held the lock on %s for all of %v", root, wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

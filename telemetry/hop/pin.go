@@ -23,7 +23,9 @@ package hop
 // The directory is built in a pin.Stage and renamed into place once
 // everything is attached and pinned, so a failed attach leaves no pins and
 // nothing attached; the rename also fails when another process made the
-// directory first.
+// directory first. What a killed ccload leaves, the next one's recovery
+// sweep removes: the stage of an attach (CleanStage), the directory of an
+// --off cut short (Recover).
 
 import (
 	"errors"
@@ -44,6 +46,9 @@ import (
 
 // hopDir is the directory of pinned hops below the pin root.
 const hopDir = "hop"
+
+// stageLabelPrefix starts the label of a hop's stage: hop-<key>.
+const stageLabelPrefix = "hop-"
 
 // Status is a pinned INT hop of the calling thread's network
 // namespace: where it is, what it models and its counters.
@@ -204,7 +209,7 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 		return nil, err
 	}
 	defer objs.Close()
-	stage, err := pin.NewStage(l.host.PinRoot(), "hop-"+key.String(), l.dir(key))
+	stage, err := pin.NewStage(l.host.PinRoot(), stageLabelPrefix+key.String(), l.dir(key))
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +240,7 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 			atts[i].Close()
 		}
 	})
+	pin.KillPoint("hop-attached")
 	if err := stage.Commit(); err != nil {
 		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 			return nil, alreadyError(cfg.Iface, "another ccload attached one at the same moment", err)
@@ -250,6 +256,7 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 	if rerr != nil {
 		return nil, errors.Join(fmt.Errorf("let go of the pinned INT hop on %s: %w", cfg.Iface, rerr), l.removeHop(key))
 	}
+	pin.KillPoint("hop-released")
 	st := l.readHop(key)
 	st.Notes = append(notes, st.Notes...)
 	return &st, nil
@@ -289,6 +296,7 @@ func (l *Pins) removeHop(k pin.IfaceKey) error {
 		return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s` and `bpftool net`, then remove %s by hand", iface, dir),
 			err, "detach the INT hop")
 	}
+	pin.KillPoint("hop-detached")
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove the INT hop's pins %s: %w", dir, err)
 	}
@@ -367,4 +375,88 @@ func (l *Pins) Foreground(cfg Config) (*Hop, error) {
 		}
 	}
 	return New(cfg)
+}
+
+// CleanStage is the pin.Cleaner of the hops' stages: for the stage of a
+// hop attach that died before its commit, it detaches, in the stage's
+// network namespace, what still runs of what the stage pinned. That
+// matters with clsact, whose filter stays in the kernel without its pin; a
+// TCX link goes with its pin anyway.
+func CleanStage(s pin.StaleStage) error {
+	return pin.IfaceStageCleaner(stageLabelPrefix, qdisc.DetachPinnedSides)(s)
+}
+
+// Recover finishes what a ccload command that died left of the pinned
+// hops, in every network namespace, as the next command does before it
+// acts (the caller holds pin.Lock; the stages themselves are
+// pin.CleanStale's, with CleanStage): a hop directory that lacks a pin,
+// or whose programs a --off detached but did not unpin, is detached and
+// removed. A complete hop whose interface was deleted stays, as List
+// shows it, until --off or the next attach. It returns the directories it
+// removed.
+func (l *Pins) Recover() (removed []string, err error) {
+	entries, err := os.ReadDir(l.root())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned INT hops: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		k, ok := pin.ParseIfaceKey(e.Name())
+		if !ok || !e.IsDir() {
+			continue
+		}
+		var gone bool
+		err := pin.InNetns(k.Netns, func() error {
+			if l.complete(k) {
+				if pin.IfaceGone(k.Index) {
+					return nil
+				}
+				// What cannot be inspected is left alone.
+				if sides := qdisc.InspectPinnedSides(pin.IfaceNow(k), l.dir(k)); sides.Attached || len(sides.Problems) > 0 {
+					return nil
+				}
+			}
+			gone = true
+			return l.removeHop(k)
+		})
+		if errors.Is(err, pin.ErrNetnsGone) && !l.complete(k) {
+			// Nothing runs in a namespace that is gone.
+			gone, err = true, os.RemoveAll(l.dir(k))
+		} else if errors.Is(err, pin.ErrNetnsGone) {
+			err = nil
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove the INT hop %s a command left incomplete: %w", l.dir(k), err))
+		} else if gone {
+			removed = append(removed, l.dir(k))
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// complete reports whether every pin of hop k is there: its maps, its
+// egress program, and its ingress one when it pads ACKs.
+func (l *Pins) complete(k pin.IfaceKey) bool {
+	dir := l.dir(k)
+	for _, name := range []string{intHopMapHopConfig, intHopMapHopFlows, intHopMapHopQueue, intHopMapHopStats} {
+		if !kernel.Exists(filepath.Join(dir, name)) {
+			return false
+		}
+	}
+	if !kernel.Exists(qdisc.SidePin(dir, qdisc.Egress)) {
+		return false
+	}
+	conf, err := ebpf.LoadPinnedMap(filepath.Join(dir, intHopMapHopConfig), nil)
+	if err != nil {
+		return false
+	}
+	defer conf.Close()
+	var c intHopHopConfig
+	if err := conf.Lookup(uint32(0), &c); err != nil {
+		return false
+	}
+	return !configFrom(c).ACKPadding || kernel.Exists(qdisc.SidePin(dir, qdisc.Ingress))
 }

@@ -177,6 +177,7 @@ func (n *INT) attach(cfg Config) (err error) {
 		return err
 	}
 	defer store.Close()
+	pin.KillPoint("int-store-acquired")
 	defer func() {
 		if err != nil {
 			_ = n.store.Release(storeHolderID)
@@ -205,6 +206,7 @@ func (n *INT) attach(cfg Config) (err error) {
 			return fmt.Errorf("pin INT map %s: %w", name, err)
 		}
 	}
+	pin.KillPoint("int-maps-pinned")
 	lnk, err := link.AttachCgroup(link.CgroupOptions{
 		Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: objs.IntSockops,
 	})
@@ -212,13 +214,16 @@ func (n *INT) attach(cfg Config) (err error) {
 		return kernel.LoadError("the INT sockops program", fmt.Errorf("attach to cgroup %s: %w", cfg.Cgroup, err))
 	}
 	stage.OnAbort(func() { lnk.Close() })
+	pin.KillPoint("int-attached")
 	if err := lnk.Pin(stage.Path(pinLink)); err != nil {
 		return fmt.Errorf("pin INT link: %w", err)
 	}
+	pin.KillPoint("int-link-pinned")
 	if err := stage.Commit(); err != nil {
 		return err
 	}
 	_ = lnk.Close() // the pin keeps it
+	pin.KillPoint("int-enabled")
 	return nil
 }
 
@@ -250,6 +255,7 @@ func (n *INT) reconfigure(cfg Config) error {
 	if err := scope.Write(v4, v6, cfg.Peers); err != nil {
 		return err
 	}
+	pin.KillPoint("int-peers-written")
 	return conf.Update(uint32(0), cfg.config(), ebpf.UpdateExist)
 }
 
@@ -263,14 +269,62 @@ func (n *INT) Disable() (bool, error) {
 	if !kernel.Exists(n.dir()) {
 		return false, nil
 	}
+	if err := n.remove(); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// remove detaches the INT sockops program, removes its pins and releases
+// its hold on the INT store.
+func (n *INT) remove() error {
 	if err := pin.DetachLink(filepath.Join(n.dir(), pinLink)); err != nil {
-		return false, kernel.NewError(kernel.KindDetach, "check it with `bpftool cgroup tree`, then remove "+n.dir()+" by hand",
+		return kernel.NewError(kernel.KindDetach, "check it with `bpftool cgroup tree`, then remove "+n.dir()+" by hand",
 			err, "detach the INT sockops program")
 	}
+	pin.KillPoint("int-detached")
 	if err := os.RemoveAll(n.dir()); err != nil {
-		return false, fmt.Errorf("remove INT pins: %w", err)
+		return fmt.Errorf("remove INT pins: %w", err)
 	}
-	return true, n.store.Release(storeHolderID)
+	pin.KillPoint("int-unpinned")
+	return n.store.Release(storeHolderID)
+}
+
+// Recover finishes what a ccload command that died left of INT, as the
+// next command does before it acts (the caller holds pin.Lock): an INT
+// directory that lacks one of its pins (a disable cut short) is detached
+// and removed, and every holder of the INT store that holds nothing any
+// more is dropped: the sockops program when INT is not enabled, a CC when
+// ccPinned(name) reports that it has no pins. It returns what it did, in
+// words, for a log.
+func (n *INT) Recover(ccPinned func(name string) bool) (done []string, err error) {
+	complete := allExist(n.dir(), []string{pinLink, pinConfig, pinPeers4, pinPeers6, pinStats})
+	if kernel.Exists(n.dir()) && !complete {
+		if err := n.remove(); err != nil {
+			return nil, fmt.Errorf("remove the INT pins a command left incomplete: %w", err)
+		}
+		done = append(done, "removed the incomplete INT pins "+n.dir())
+	}
+	dropped, err := n.store.Sweep(func(holder string) bool {
+		if holder == storeHolderID {
+			return kernel.Exists(n.dir())
+		}
+		return ccPinned(holder)
+	})
+	for _, h := range dropped {
+		done = append(done, fmt.Sprintf("dropped %s from the INT store's holders: it has no pins", h))
+	}
+	return done, err
+}
+
+// allExist reports whether every one of names exists in dir.
+func allExist(dir string, names []string) bool {
+	for _, name := range names {
+		if !kernel.Exists(filepath.Join(dir, name)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Status reports whether INT is enabled, with what, and its counters.

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/pin"
 )
 
 // Store is the INT store: the BPF_MAP_TYPE_SK_STORAGE map (struct int_sk
@@ -65,6 +66,7 @@ func (s *Store) Acquire(holder string, spec *ebpf.MapSpec) (*ebpf.Map, error) {
 			m.Close()
 			return nil, fmt.Errorf("pin the INT store at %s: %w", path, err)
 		}
+		pin.KillPoint("int-store-created")
 	default:
 		return nil, fmt.Errorf("open the INT store %s: %w", path, err)
 	}
@@ -82,6 +84,13 @@ func (s *Store) Release(holder string) error {
 	if err := os.RemoveAll(filepath.Join(holders, holder)); err != nil {
 		return fmt.Errorf("drop %s from the INT store's holders: %w", holder, err)
 	}
+	pin.KillPoint("int-store-released")
+	return s.unpinIfUnheld()
+}
+
+// unpinIfUnheld unpins the store when no holder is left.
+func (s *Store) unpinIfUnheld() error {
+	holders := filepath.Join(s.dir(), holdersDir)
 	left, err := os.ReadDir(holders)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("list the INT store's holders: %w", err)
@@ -109,4 +118,29 @@ func (s *Store) Holders() ([]string, error) {
 		names[i] = e.Name()
 	}
 	return names, nil
+}
+
+// Sweep drops every holder for which holds reports false, as Release
+// would, and unpins the store when no holder is left, also when a command
+// died between pinning the store and recording its holder. It returns the
+// holders it dropped. Only the next command's recovery calls it, under
+// pin.Lock: a holder that is still being attached would look dead.
+func (s *Store) Sweep(holds func(holder string) bool) (dropped []string, err error) {
+	if !kernel.Exists(s.dir()) {
+		return nil, nil
+	}
+	holders, err := s.Holders()
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range holders {
+		if holds(h) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir(), holdersDir, h)); err != nil {
+			return dropped, fmt.Errorf("drop %s from the INT store's holders: %w", h, err)
+		}
+		dropped = append(dropped, h)
+	}
+	return dropped, s.unpinIfUnheld()
 }
