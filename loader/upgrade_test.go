@@ -26,6 +26,8 @@ import (
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
+	"github.com/ccload/ccload/testbed"
 )
 
 const (
@@ -334,7 +336,9 @@ func TestUpgradeOtherNetnsDefault(t *testing.T) {
 	testutil.RequireKernelCC(t, upgradeCC)
 	l := newTestLoader(testutil.Host(t))
 	attachForTest(t, l, AttachRequest{Name: upgradeCC})
-	ns := newNetns(t)
+	// A namespace of testnet's: `ip netns add` is not in the guests'
+	// busybox.
+	ns := testnet.NewPair(t).A
 	inNetns(t, ns, func() {
 		if err := kernel.WriteSysctl("/proc/sys", sysctlDefault, upgradeCC); err != nil {
 			t.Fatal(err)
@@ -366,29 +370,10 @@ func TestUpgradeOtherNetnsDefault(t *testing.T) {
 	}
 }
 
-// newNetns makes a network namespace with lo up, and removes it when the
-// test ends.
-func newNetns(t *testing.T) string {
+// inNetns runs fn on a thread in h's network namespace.
+func inNetns(t *testing.T, h *testbed.Host, fn func()) {
 	t.Helper()
-	name := fmt.Sprintf("ccload-upgrade-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v: %s", err, out)
-	}
-	return name
-}
-
-// inNetns runs fn on a thread in the named netns.
-func inNetns(t *testing.T, name string, fn func()) {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join("/run/netns", name), &st); err != nil {
-		t.Fatal(err)
-	}
-	if err := pin.InNetns(st.Ino, func() error { fn(); return nil }); err != nil {
+	if err := h.Do(func() error { fn(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
