@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ccload/ccload/internal/pin"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/testbed"
@@ -228,6 +229,32 @@ func TestImage(t *testing.T) {
 		}
 		checkPinned(t, base, testCC)
 		checkFlows(t, testCC)
+	})
+
+	t.Run("LockSharedWithTheHost", func(t *testing.T) {
+		// The host holds ccload's lock on the pin root, as a CLI
+		// command on the host would; the same command in the container,
+		// whose mount and PID namespaces differ, must wait for it and
+		// give up after --lock-wait, leaving nothing behind.
+		testutil.RequireKernelCC(t, testCC)
+		base := e.pinBase(t, "lock")
+		lock, err := pin.AcquireLock(filepath.Join(base, "ccload"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := e.run(t, asTheDaemonSet, "--bpffs", base, "--lock-wait", "1s", "attach", testCC)
+		lock.Release()
+		if code == 0 || !strings.Contains(stderr, "held the lock") {
+			t.Fatalf("attach in the container while the host holds the lock: exit %d\n%s%s", code, out, stderr)
+		}
+		if testutil.Registered(t, testCC) {
+			t.Fatalf("the container attached %s while the host held the lock", testCC)
+		}
+		// Released, the container's command goes through.
+		if code, out, stderr := e.run(t, asTheDaemonSet, "--bpffs", base, "attach", testCC); code != 0 {
+			t.Fatalf("attach in the container once the lock is free: exit %d\n%s%s", code, out, stderr)
+		}
+		checkPinned(t, base, testCC)
 	})
 
 	t.Run("DaemonLeavesItsPins", func(t *testing.T) {

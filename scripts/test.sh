@@ -23,9 +23,11 @@ step "packages"
 # setpriv. tshark: an independent decoder of the INT option in the loader
 # tests. busybox-static, cpio, qemu-system-x86, xz-utils, kmod: the
 # vmtests' initramfs and guests. linuxptp: ptp4l, the clock bench's
-# baseline beside the clock agent, and its tests.
+# baseline beside the clock agent, and its tests. prometheus: promtool and
+# the server, which the metrics and daemon tests run against ccload.
+# podman: builds and runs the container image as the DaemonSet does.
 pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 procps util-linux tshark
-	busybox-static cpio qemu-system-x86 xz-utils kmod linuxptp)
+	busybox-static cpio qemu-system-x86 xz-utils kmod linuxptp prometheus podman)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
