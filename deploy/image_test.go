@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -275,7 +274,7 @@ func TestImage(t *testing.T) {
 		argv = append(argv, "-v", cfg+":/etc/ccload:ro", e.image, "--bpffs", base,
 			"daemon", "--config", "/etc/ccload/config.yaml", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))
 		cmd := script(ctx, `exec podman "$@"`, argv...)
-		var out syncBuffer
+		var out testutil.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -393,25 +392,6 @@ echo "registered: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
 			t.Errorf("%s is still registered after detach (and the end of the mount namespace)", testCC)
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer that a running command writes while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // registeredLine returns the "registered: ..." line of the script's output.

@@ -110,7 +110,7 @@ func TestDaemonRestartUnderTraffic(t *testing.T) {
 			t.Errorf("the old daemon changed the CC, which it should have adopted:\n%s", oldLog.String())
 		}
 		next := exec.CommandContext(ctx, bin, append(daemonArgs, "--build-version", upgradeBuild)...)
-		var nextLog syncLog
+		var nextLog testutil.Buffer
 		next.Stdout, next.Stderr = &nextLog, &nextLog
 		if err := next.Start(); err != nil {
 			t.Fatal(err)
@@ -128,25 +128,6 @@ func TestDaemonRestartUnderTraffic(t *testing.T) {
 		t.Logf("the new daemon: %s", strings.TrimSpace(nextLog.String()))
 		return nil
 	})
-}
-
-// syncLog collects a process's output for a test that reads it while the
-// process runs.
-type syncLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // underTraffic runs the traffic of TestUpgradeUnderTraffic and calls

@@ -120,14 +120,14 @@ func (e *daemonEnv) list(t *testing.T) map[string]ccState {
 // daemon is a running `ccload daemon`.
 type daemonProc struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testutil.Buffer
 	done chan error
 }
 
 func (e *daemonEnv) startDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
 	args := append([]string{"daemon", "--config", e.config, "--metrics-addr", e.metrics}, extra...)
-	d := &daemonProc{cmd: e.cmd(context.Background(), args...), log: &syncBuffer{}, done: make(chan error, 1)}
+	d := &daemonProc{cmd: e.cmd(context.Background(), args...), log: &testutil.Buffer{}, done: make(chan error, 1)}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start the daemon: %v", err)
@@ -400,25 +400,6 @@ func TestDaemonBadConfig(t *testing.T) {
 	if registered("theta_powertcp") {
 		t.Error("a broken config registered theta_powertcp")
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the daemon's output and the test may
-// use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestDaemonOnRamp: the daemon turns On-Ramp on for an interface its config

@@ -5,7 +5,6 @@
 package promtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,26 +30,7 @@ type Server struct {
 	URL string
 
 	client *http.Client
-	log    *lockedBuffer
-}
-
-// lockedBuffer is the server's output, written by the process while the
-// test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log    *testutil.Buffer
 }
 
 // config is the server's prometheus.yml: one job that scrapes target
@@ -85,7 +64,7 @@ func Run(t testing.TB, target string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{URL: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}, log: &lockedBuffer{}}
+	s := &Server{URL: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}, log: &testutil.Buffer{}}
 	cmd := exec.Command(Binary,
 		"--config.file="+cfg,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
