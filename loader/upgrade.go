@@ -176,19 +176,11 @@ func (l *Loader) upgradeLink(cc *CC, f *kernel.Features, cur metaRecord, res *Up
 		return fmt.Errorf("open the running struct_ops map %d: %w", oldID, err)
 	}
 	defer old.Close()
-	if err := recordOld(dir, cur, oldID); err != nil {
-		return err
-	}
-
-	ld, err := l.loadCC(cc, f, kernel.RegLink, loadOptions{reuseFrom: dir})
+	ld, rec, err := l.loadNext(cc, f, kernel.RegLink, cur, oldID, res)
 	if err != nil {
 		return err
 	}
 	defer ld.Close()
-	res.Notes = append(res.Notes, ld.notes...)
-	pin.KillPoint("cc-upgrade-loaded")
-	rec := ld.record
-	rec.Generation = cur.Generation + 1
 	if err := l.stageNext(cc, ld, rec); err != nil {
 		return err
 	}
@@ -201,6 +193,26 @@ func (l *Loader) upgradeLink(cc *CC, f *kernel.Features, cur metaRecord, res *Up
 	res.Notes = append(res.Notes, l.repointDefaults(cc.Name).notes(cc.Name)...)
 	pin.KillPoint("cc-upgrade-defaults")
 	return finishUpgrade(dir, rec)
+}
+
+// loadNext records the running generation cur (registered as the
+// struct_ops map oldID) for its counters to outlive the swap, and loads
+// the next generation, sharing the pinned maps it can.
+func (l *Loader) loadNext(cc *CC, f *kernel.Features, reg kernel.Registration, cur metaRecord, oldID ebpf.MapID,
+	res *UpgradeResult) (*loadedCC, metaRecord, error) {
+	dir := l.PinDir(cc.Name)
+	if err := recordOld(dir, cur, oldID); err != nil {
+		return nil, metaRecord{}, err
+	}
+	ld, err := l.loadCC(cc, f, reg, loadOptions{reuseFrom: dir})
+	if err != nil {
+		return nil, metaRecord{}, err
+	}
+	res.Notes = append(res.Notes, ld.notes...)
+	pin.KillPoint("cc-upgrade-loaded")
+	rec := ld.record
+	rec.Generation = cur.Generation + 1
+	return ld, rec, nil
 }
 
 // upgradeLegacy unregisters the old generation and registers the new one.
@@ -216,19 +228,11 @@ func (l *Loader) upgradeLegacy(cc *CC, f *kernel.Features, cur metaRecord, res *
 		return fmt.Errorf("read the registered struct_ops map: %w", err)
 	}
 	oldID, _ := info.ID()
-	if err := recordOld(dir, cur, oldID); err != nil {
-		return err
-	}
-
-	ld, err := l.loadCC(cc, f, kernel.RegLegacy, loadOptions{reuseFrom: dir})
+	ld, rec, err := l.loadNext(cc, f, kernel.RegLegacy, cur, oldID, res)
 	if err != nil {
 		return err
 	}
 	defer ld.Close()
-	res.Notes = append(res.Notes, ld.notes...)
-	pin.KillPoint("cc-upgrade-loaded")
-	rec := ld.record
-	rec.Generation = cur.Generation + 1
 	def, _ := kernel.ReadSysctl(l.host.ProcSys, sysctlDefault)
 	moved := def == cc.Name
 	if moved {
