@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ccload/ccload/bench/stats"
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/loader"
 )
 
@@ -66,11 +67,19 @@ func MeasureControlPlane(ctx context.Context, l *loader.Loader, exe, cc string, 
 	p := builtin.Params[0]
 	cmds := [][]string{{"attach", cc}, {"set", cc, p.Name + "=" + p.Default}, {"detach", cc}}
 	times := make([][]float64, len(cmds)+1)
+	// The commands act on l's pin root, the bench's own, which the CLI
+	// reaches as <--bpffs>/ccload.
+	h := l.Host()
+	if h.PinDir != kernel.DefaultHost().PinDir {
+		return nil, fmt.Errorf("measure the control plane: the CLI cannot reach the pin root %s (it pins under <bpffs>/%s)",
+			h.PinRoot(), kernel.DefaultHost().PinDir)
+	}
+	global := []string{"--bpffs", h.BPFFS}
 	run := func(args ...string) (float64, error) {
 		cctx, cancel := context.WithTimeout(ctx, controlPlaneTimeout)
 		defer cancel()
 		start := time.Now()
-		out, err := exec.CommandContext(cctx, exe, args...).CombinedOutput()
+		out, err := exec.CommandContext(cctx, exe, append(slices.Clone(global), args...)...).CombinedOutput()
 		ms := float64(time.Since(start)) / float64(time.Millisecond)
 		if err != nil {
 			return 0, fmt.Errorf("%s %v: %w: %s", exe, args, err, out)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/telemetry/sockops"
@@ -17,7 +18,13 @@ import (
 // that a CC attached already is refused, and left attached.
 func TestMeasureControlPlane(t *testing.T) {
 	testutil.RequireKernelCC(t, controlPlaneCC)
+	// A pin root the CLI reaches: <--bpffs>/ccload.
 	host := testutil.Host(t)
+	host.BPFFS, host.PinDir = host.PinRoot(), kernel.DefaultHost().PinDir
+	if err := os.MkdirAll(host.BPFFS, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(host.BPFFS) })
 	l := loader.New(host, loader.WithSharedMaps(sockops.New(host).Store()))
 	dir := t.TempDir()
 	log := filepath.Join(dir, "calls")
@@ -43,8 +50,10 @@ func TestMeasureControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(string(calls)), "\n"); len(lines) != 8 || lines[0] != want[0] || lines[4] != want[0] {
-		t.Errorf("the executable ran as %q, want each round in order", lines)
+	// Every command names the loader's pin root, the bench's own.
+	first := "--bpffs " + host.BPFFS + " " + want[0]
+	if lines := strings.Split(strings.TrimSpace(string(calls)), "\n"); len(lines) != 8 || lines[0] != first || lines[4] != first {
+		t.Errorf("the executable ran as %q, want each round in order, starting with %q", lines, first)
 	}
 
 	for _, n := range []int{0, MaxControlPlaneRuns + 1} {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -245,6 +246,10 @@ func (r *runner) controlPlane(ctx context.Context) ([]ControlPlane, error) {
 			r.say("note: %s is attached, so the bench does not time its attach and detach", controlPlaneCC)
 			return nil, nil
 		}
+	}
+	if kernelCCs, err := r.l.KernelCCs(); err == nil && slices.Contains(kernelCCs, controlPlaneCC) {
+		r.say("note: %s is registered outside the bench's pin root (by the daemon or `ccload attach`), so the bench does not time its attach and detach", controlPlaneCC)
+		return nil, nil
 	}
 	r.say("timing attach, set and detach of %s as processes (%s), %d times each", controlPlaneCC, r.cfg.ControlPlaneExe, r.cfg.ControlPlaneRuns)
 	out, err := MeasureControlPlane(ctx, r.l, r.cfg.ControlPlaneExe, controlPlaneCC, r.cfg.ControlPlaneRuns)

@@ -89,6 +89,9 @@ const (
 	pinOps  = "ops"  // struct_ops map (RegLegacy)
 )
 
+// Host returns where the Loader acts: its pin root and network namespace.
+func (l *Loader) Host() kernel.Host { return l.host }
+
 // PinDir returns the bpffs directory that holds name's pins.
 func (l *Loader) PinDir(name string) string { return filepath.Join(l.host.PinRoot(), name) }
 
@@ -210,8 +213,8 @@ func (l *Loader) Attach(req AttachRequest) (*AttachResult, error) {
 	}
 	if st.registered {
 		return nil, kernel.NewError(kernel.KindNameTaken,
-			"find its owner with `bpftool struct_ops list` (or lsmod for a module) and unregister it, then attach again",
-			nil, "a congestion control named %q is already registered, and not by ccload", cc.Name)
+			"find its owner: another ccload pin root (the daemon's /sys/fs/bpf/ccload, a bench's ccload-bench-PID, a test's), `bpftool struct_ops list`, or lsmod for a module; detach or unregister it there, then attach again",
+			nil, "a congestion control named %q is already registered, and not from this pin root (%s)", cc.Name, l.host.PinRoot())
 	}
 
 	vals, notes, err := resolveParams(cc.Params, given, carried, l.autoParam)

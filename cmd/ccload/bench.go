@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ccload/ccload/bench"
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/units"
+	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/telemetry/sockops"
 )
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -149,7 +153,12 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				progress = c.ErrOrStderr()
 			}
 			var all []bench.Results
-			_, err = bench.RunAll(ctx, a.loader(), a.int(), cfg, scenarios, out, progress, func(rep *bench.Report) error {
+			l, in, cleanup, err := a.benchParts()
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			_, err = bench.RunAll(ctx, l, in, cfg, scenarios, out, progress, func(rep *bench.Report) error {
 				if asJSON {
 					all = append(all, rep.Results)
 					return nil
@@ -303,7 +312,12 @@ func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared be
 	if asJSON {
 		progress = c.ErrOrStderr()
 	}
-	rep, err := bench.RunOnRamp(ctx, a.loader(), a.int(), cfg, progress)
+	l, in, cleanup, err := a.benchParts()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	rep, err := bench.RunOnRamp(ctx, l, in, cfg, progress)
 	if err != nil {
 		return benchInputError(c, err)
 	}
@@ -321,4 +335,29 @@ func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared be
 	}
 	fmt.Fprintln(a.out)
 	return rep.Table(a.out)
+}
+
+// benchParts returns the CC loader and INT of a pin root of the bench's
+// own, <bpffs>/ccload-bench-<pid>/ccload, so that the bench never shares
+// pins with the CLI or the daemon: a daemon does not fight the bench over
+// parameters, and the bench's attach and detach never touch their CCs. A
+// CC that they have registered cannot be registered again by the bench,
+// which says so. cleanup removes the pin root once the bench has detached
+// what it attached.
+func (a *app) benchParts() (*loader.Loader, *sockops.INT, func(), error) {
+	h := a.host
+	h.BPFFS = filepath.Join(a.host.BPFFS, fmt.Sprintf("ccload-bench-%d", os.Getpid()))
+	h.PinDir = a.host.PinDir
+	if _, err := a.host.EnsureBPFFS(); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := os.MkdirAll(h.BPFFS, 0o700); err != nil {
+		return nil, nil, nil, fmt.Errorf("create the bench's pin root: %w", err)
+	}
+	in := sockops.New(h)
+	opts := []loader.Option{loader.WithSharedMaps(in.Store())}
+	if a.legacy {
+		opts = append(opts, loader.WithRegistration(kernel.RegLegacy))
+	}
+	return loader.New(h, opts...), in, func() { _ = os.RemoveAll(h.BPFFS) }, nil
 }
