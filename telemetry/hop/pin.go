@@ -15,7 +15,9 @@ package hop
 // '.' in names, so '.' in the interface name is written %2e and '%' is
 // written %25 (eth0.100 -> eth0%2e100-7-ns4026531840). The directory
 // holds every map of the hop's object, under the map's name (hop_config,
-// hop_stats, hop_queue, ...), and one pin per attached program, named for
+// hop_stats, hop_queue, ...), the record of the object the programs were
+// built from (object, pin.WriteObject; a hop pinned by a ccload before
+// records has none), and one pin per attached program, named for
 // its side of the interface: tc_egress (tc_ingress): the TCX link, or with
 // clsact the program, whose cls_bpf filter stays in the kernel by itself
 // (see qdisc.Attachment.Pin).
@@ -49,6 +51,9 @@ const hopDir = "hop"
 
 // stageLabelPrefix starts the label of a hop's stage: hop-<key>.
 const stageLabelPrefix = "hop-"
+
+// pinObject is the pin of the record of the object a hop was built from.
+const pinObject = "object"
 
 // Status is a pinned INT hop of the calling thread's network
 // namespace: where it is, what it models and its counters.
@@ -84,6 +89,14 @@ type Status struct {
 	ACKPadding bool `json:"ack_padding"`
 	// Stats are the hop's counters and queue model.
 	Stats Stats `json:"stats"`
+	// Object is the identity of the BPF object the hop's programs were
+	// built from (pin.Object in hex), "" when its pins record none (made
+	// by a ccload before records).
+	Object string `json:"object,omitempty"`
+	// UpgradeAvailable reports that the hop runs another build than
+	// this ccload's: Attach (or Upgrade) on its interface swaps this one
+	// in, in place.
+	UpgradeAvailable bool `json:"upgrade_available,omitempty"`
 	// Notes are remarks for the operator.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -92,10 +105,31 @@ type Status struct {
 // the loader it keeps no state: everything is in the kernel and in bpffs.
 type Pins struct {
 	host kernel.Host
+	salt uint32 // see WithBuildSalt
 }
 
+// Option changes how NewPins's Pins loads the hop.
+type Option func(*Pins)
+
+// WithBuildSalt makes the Pins stand for another build of the hop's
+// object: its identity is pin.ObjectOf(the embedded object, salt), so that
+// a hop pinned by Pins with another salt counts as another build's, and
+// Attach swaps this one in. Tests of upgrades use it; 0 is the build as
+// shipped.
+func WithBuildSalt(salt uint32) Option { return func(l *Pins) { l.salt = salt } }
+
 // NewPins returns the pinned hops of host's pin root.
-func NewPins(host kernel.Host) *Pins { return &Pins{host: host} }
+func NewPins(host kernel.Host, opts ...Option) *Pins {
+	l := &Pins{host: host}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// object is the identity of the build of the hop's object these Pins
+// load.
+func (l *Pins) object() pin.Object { return pin.ObjectOf(_IntHopBytes, l.salt) }
 
 func (l *Pins) root() string { return filepath.Join(l.host.PinRoot(), hopDir) }
 
@@ -157,8 +191,10 @@ func alreadyError(iface, where string, err error) error {
 // attachment, under <pin root>/hop/ (see the pin layout above), so that
 // it keeps running after this process exits, until Detach. Any failure
 // leaves no pins and nothing attached. An interface that has a pinned hop
-// already is an error of kind KindAlreadyAttached; pins left from a hop
-// whose attachment is gone are removed first.
+// already is an error of kind KindAlreadyAttached, unless that hop is
+// another build's (Status.UpgradeAvailable): then this build is swapped
+// in, in place, and cfg's model written (see Upgrade). Pins left from a
+// hop whose attachment is gone are removed first.
 func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 	if _, err := cfg.check(); err != nil {
 		return nil, err
@@ -190,6 +226,9 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 	}
 	for _, k := range old {
 		if st := l.readHop(k); st.Attached {
+			if st.UpgradeAvailable && k.Index == ifi.Index {
+				return l.upgradeHop(k, &cfg, notes)
+			}
 			return nil, alreadyError(cfg.Iface, "pinned at "+st.PinDir, nil)
 		}
 		if err := l.removeHop(k); err != nil {
@@ -203,7 +242,12 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 			fmt.Sprintf("stop the `ccload int hop --foreground` on %s (Ctrl-C), then attach again", cfg.Iface),
 			nil, "an INT hop that is not pinned already runs on %s", cfg.Iface)
 	}
+	return l.attachNew(cfg, key, notes)
+}
 
+// attachNew loads, attaches and pins the hop of cfg on the interface of
+// key, as Attach does once it has checked that the interface has none.
+func (l *Pins) attachNew(cfg Config, key pin.IfaceKey, notes []string) (*Status, error) {
 	objs, err := load(cfg)
 	if err != nil {
 		return nil, err
@@ -218,12 +262,15 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 		return nil, fmt.Errorf("create %s: %w", l.root(), err)
 	}
 	// Every map of the object, under its name.
+	if err := pin.WriteObject(stage.Path(pinObject), l.object()); err != nil {
+		return nil, fmt.Errorf("pin INT hop: %w", err)
+	}
 	maps := map[string]*ebpf.Map{intHopMapHopConfig: objs.HopConfig, intHopMapHopFlows: objs.HopFlows,
 		intHopMapHopQueue: objs.HopQueue, intHopMapHopStats: objs.HopStats}
 	if err := stage.PinMaps(maps); err != nil {
 		return nil, fmt.Errorf("pin INT hop: %w", err)
 	}
-	cfg.Iface = ifi.Name
+	cfg.Iface = key.Name
 	atts, err := attach(objs, cfg, stage.Path(""))
 	if errors.Is(err, unix.EEXIST) {
 		return nil, kernel.NewError(kernel.KindAlreadyAttached,
@@ -292,6 +339,9 @@ func (l *Pins) Detach(iface string) (bool, error) {
 func (l *Pins) removeHop(k pin.IfaceKey) error {
 	dir := l.dir(k)
 	iface := pin.IfaceNow(k)
+	if err := recoverReplace(iface, dir); err != nil {
+		return err
+	}
 	if err := qdisc.DetachPinnedSides(iface, dir); err != nil {
 		return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s` and `bpftool net`, then remove %s by hand", iface, dir),
 			err, "detach the INT hop")
@@ -350,6 +400,18 @@ func (l *Pins) readHop(k pin.IfaceKey) Status {
 		}
 	}
 
+	obj, known, err := pin.ReadObject(filepath.Join(dir, pinObject))
+	switch {
+	case err != nil:
+		note("cannot read the object the hop was built from: %v", err)
+		st.UpgradeAvailable = true
+	case known:
+		st.Object = obj.String()
+		st.UpgradeAvailable = obj != l.object()
+	default:
+		st.UpgradeAvailable = true
+	}
+
 	sides := qdisc.InspectPinnedSides(st.Iface, dir)
 	st.Method, st.Attached = sides.Method, sides.Attached
 	for _, p := range sides.Problems {
@@ -389,11 +451,15 @@ func CleanStage(s pin.StaleStage) error {
 // Recover finishes what a ccload command that died left of the pinned
 // hops, in every network namespace, as the next command does before it
 // acts (the caller holds pin.Lock; the stages themselves are
-// pin.CleanStale's, with CleanStage): a hop directory that lacks a pin,
-// or whose programs a --off detached but did not unpin, is detached and
-// removed. A complete hop whose interface was deleted stays, as List
-// shows it, until --off or the next attach. It returns the directories it
-// removed.
+// pin.CleanStale's, with CleanStage): first an upgrade killed within a
+// clsact swap is finished or undone (qdisc.RecoverReplace, see
+// upgrade.go); then a hop directory that lacks a pin, or whose programs a
+// --off detached but did not unpin, is detached and removed. The record
+// of the object is not among the pins a hop needs (hops pinned before
+// records lack it), and a record that names the build an upgrade killed
+// after its swaps replaced is harmless: the next Attach swaps again. A
+// complete hop whose interface was deleted stays, as List shows it, until
+// --off or the next attach. It returns the directories it removed.
 func (l *Pins) Recover() (removed []string, err error) {
 	entries, err := os.ReadDir(l.root())
 	if errors.Is(err, os.ErrNotExist) {
@@ -410,6 +476,12 @@ func (l *Pins) Recover() (removed []string, err error) {
 		}
 		var gone bool
 		err := pin.InNetns(k.Netns, func() error {
+			// An upgrade killed in its clsact swap first (see
+			// qdisc.ReplacePinned): until then the pin may name a
+			// program that no filter runs.
+			if err := recoverReplace(pin.IfaceNow(k), l.dir(k)); err != nil {
+				return err
+			}
 			if l.complete(k) {
 				if pin.IfaceGone(k.Index) {
 					return nil

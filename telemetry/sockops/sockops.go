@@ -5,8 +5,10 @@
 // echoes into the per-socket INT store. It owns that store, the one map it
 // shares with the CCs that read INT (powertcp, hpcc): see [Store].
 //
-// Pins live in <pin root>/int/ (the link, the config, the peer tries and
-// the counters) and <pin root>/shared/ (the store and its holders).
+// Pins live in <pin root>/int/ (the link, the config, the peer tries, the
+// counters and the record of the object the program was built from, which
+// tells a newer ccload to upgrade it in place: see upgrade.go) and
+// <pin root>/shared/ (the store and its holders).
 package sockops
 
 import (
@@ -55,7 +57,14 @@ type Status struct {
 	TSOOnly bool              `json:"tag_tso_only,omitempty"`
 	Slots   int               `json:"slots,omitempty"`
 	Stats   map[string]uint64 `json:"stats,omitempty"`
-	Notes   []string          `json:"notes,omitempty"`
+	// Object is the identity of the BPF object the attached program was
+	// built from (pin.Object in hex), "" when its pins record none (made
+	// by a ccload before records).
+	Object string `json:"object,omitempty"`
+	// UpgradeAvailable reports that the attached program is another
+	// build's than this ccload's: Enable or Upgrade swaps this one in.
+	UpgradeAvailable bool     `json:"upgrade_available,omitempty"`
+	Notes            []string `json:"notes,omitempty"`
 }
 
 // statNames names enum int_stat of bpf/int_sockops.c, in order.
@@ -72,6 +81,7 @@ const (
 	pinPeers4     = "peers_v4"
 	pinPeers6     = "peers_v6"
 	pinStats      = "stats"
+	pinObject     = "object" // the identity of the object the program was built from (pin.WriteObject)
 	maxSlots      = 4
 	defaultSlots  = 3
 	storeHolderID = "int" // the sockops program's name among the store's holders
@@ -83,12 +93,31 @@ const (
 type INT struct {
 	host  kernel.Host
 	store *Store
+	salt  uint32 // see WithBuildSalt
 }
 
+// Option changes how New's INT loads the sockops program.
+type Option func(*INT)
+
+// WithBuildSalt makes the INT stand for another build of the sockops
+// object: its identity is pin.ObjectOf(the embedded object, salt), so
+// that a program attached by an INT with another salt counts as another
+// build's, and Enable swaps this one in. Tests of upgrades use it; 0 is
+// the build as shipped.
+func WithBuildSalt(salt uint32) Option { return func(n *INT) { n.salt = salt } }
+
 // New returns an INT acting on host.
-func New(host kernel.Host) *INT {
-	return &INT{host: host, store: NewStore(host)}
+func New(host kernel.Host, opts ...Option) *INT {
+	n := &INT{host: host, store: NewStore(host)}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
 }
+
+// object is the identity of the build of the sockops object this INT
+// loads.
+func (n *INT) object() pin.Object { return pin.ObjectOf(_IntSockopsBytes, n.salt) }
 
 // Store returns the INT store that the sockops program and the CCs that
 // read INT share.
@@ -136,7 +165,9 @@ func (cfg Config) config() intSockopsIntConfig {
 }
 
 // Enable attaches the INT sockops program to a cgroup and pins it.
-// Enabling it again replaces the peers and the tagging policy in place.
+// Enabling it again replaces the peers and the tagging policy in place;
+// when the program attached is another build's (Status.UpgradeAvailable),
+// it first swaps this ccload's build in, as Upgrade does.
 func (n *INT) Enable(cfg Config) (*Status, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
@@ -152,6 +183,11 @@ func (n *INT) Enable(cfg Config) (*Status, error) {
 		notes = append(notes, "no peer prefixes given: nothing will be tagged (pass --peers with the datacenter's prefixes)")
 	}
 	if kernel.Exists(filepath.Join(n.dir(), pinLink)) {
+		up, err := n.upgrade(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		notes = append(notes, up...)
 		if err := n.reconfigure(cfg); err != nil {
 			return nil, err
 		}
@@ -205,6 +241,9 @@ func (n *INT) attach(cfg Config) (err error) {
 		if err := m.Pin(stage.Path(name)); err != nil {
 			return fmt.Errorf("pin INT map %s: %w", name, err)
 		}
+	}
+	if err := pin.WriteObject(stage.Path(pinObject), n.object()); err != nil {
+		return err
 	}
 	pin.KillPoint("int-maps-pinned")
 	lnk, err := link.AttachCgroup(link.CgroupOptions{
@@ -297,6 +336,13 @@ func (n *INT) remove() error {
 // more is dropped: the sockops program when INT is not enabled, a CC when
 // ccPinned(name) reports that it has no pins. It returns what it did, in
 // words, for a log.
+//
+// The record of the object (pinObject) is not among the pins a complete
+// directory needs: pin sets made before records lack it, and count as
+// another build's. An upgrade killed between its link update and its
+// record update leaves the new program under the old record; that is
+// whole too, and the next Enable swaps the same build in and fixes the
+// record (see upgrade.go), so Recover leaves it.
 func (n *INT) Recover(ccPinned func(name string) bool) (done []string, err error) {
 	complete := allExist(n.dir(), []string{pinLink, pinConfig, pinPeers4, pinPeers6, pinStats})
 	if kernel.Exists(n.dir()) && !complete {
@@ -376,6 +422,20 @@ func (n *INT) Status() (*Status, error) {
 			}
 		}
 		m.Close()
+	}
+	obj, known, err := pin.ReadObject(filepath.Join(n.dir(), pinObject))
+	switch {
+	case err != nil:
+		st.Notes = append(st.Notes, fmt.Sprintf("cannot read the object the program was built from: %v", err))
+		st.UpgradeAvailable = true
+	case known:
+		st.Object = obj.String()
+		st.UpgradeAvailable = obj != n.object()
+	default:
+		st.UpgradeAvailable = true
+	}
+	if st.UpgradeAvailable {
+		st.Notes = append(st.Notes, "the INT sockops program attached is another build's: `ccload int enable` swaps this one in, in place")
 	}
 	return st, nil
 }
