@@ -51,6 +51,9 @@ type Options struct {
 	// LoaderOptions are passed to the CC loader (tests force the legacy
 	// registration with them).
 	LoaderOptions []loader.Option
+	// Build, when not 0, loads every object as that build, as a newer
+	// ccload would: tests of in-place upgrades.
+	Build uint32
 	// Logf receives the daemon's log lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -86,7 +89,7 @@ func New(opts Options) *Daemon {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	d := &Daemon{opts: opts, parts: newParts(opts.Host, opts.LoaderOptions...), registry: prometheus.NewRegistry()}
+	d := &Daemon{opts: opts, parts: newParts(opts.Host, opts.Build, opts.LoaderOptions...), registry: prometheus.NewRegistry()}
 	d.runs = prometheus.NewCounter(prometheus.CounterOpts{Name: "ccload_reconcile_runs_total",
 		Help: "Reconcile passes the daemon has run."})
 	d.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "ccload_reconcile_errors_total",

@@ -18,8 +18,9 @@ import (
 
 // Action is one change a reconcile makes.
 type Action struct {
-	// Kind is what it does: attach, upgrade, set, detach, default, int-enable,
-	// int-disable, hop-attach, hop-detach, onramp-enable, onramp-disable.
+	// Kind is what it does: attach, upgrade, set, detach, default,
+	// int-enable, int-disable, hop-attach, hop-upgrade, hop-detach,
+	// onramp-enable, onramp-disable.
 	Kind string `json:"kind"`
 	// Target is what it acts on: a CC's name, an interface, "int".
 	Target string `json:"target"`
@@ -50,14 +51,20 @@ type parts struct {
 	onramp *onramp.OnRamp
 }
 
-func newParts(host kernel.Host, opts ...loader.Option) *parts {
-	in := sockops.New(host)
+// newParts wires the packages to host. build, when not 0, stands for a
+// newer ccload in tests of upgrades: every object is loaded as that build
+// (loader.WithBuildVersion, and the tc packages' WithBuildSalt).
+func newParts(host kernel.Host, build uint32, opts ...loader.Option) *parts {
+	in := sockops.New(host, sockops.WithBuildSalt(build))
+	if build != 0 {
+		opts = append(opts, loader.WithBuildVersion(build))
+	}
 	return &parts{
 		host:   host,
 		ccs:    loader.New(host, append([]loader.Option{loader.WithSharedMaps(in.Store())}, opts...)...),
 		int:    in,
-		hops:   hop.NewPins(host),
-		onramp: onramp.New(host),
+		hops:   hop.NewPins(host, hop.WithBuildSalt(build)),
+		onramp: onramp.New(host, onramp.WithBuildSalt(build)),
 	}
 }
 
@@ -139,7 +146,12 @@ func (p *parts) plan(d *Desired, owned Owned) (*Plan, error) {
 	}
 	switch {
 	case d.INT != nil:
-		if why := intDrift(*d.INT, ist); why != "" {
+		why := intDrift(*d.INT, ist)
+		if why == "" && ist.UpgradeAvailable {
+			// Enable swaps this ccload's build in on the pinned link.
+			why = "the sockops program was built from another object"
+		}
+		if why != "" {
 			cfg := *d.INT
 			add("int-enable", "int", why, func() error {
 				_, err := p.int.Enable(cfg)
@@ -172,11 +184,20 @@ func (p *parts) plan(d *Desired, owned Owned) (*Plan, error) {
 		default:
 			why = hopDrift(want, cur)
 		}
+		upgrade := false
+		if why == "" && cur.UpgradeAvailable {
+			// Attach swaps this ccload's build in, in place.
+			why, upgrade = "the hop was built from another object", true
+		}
 		if why == "" {
 			continue
 		}
-		cfg, replace := want, ok
-		add("hop-attach", want.Iface, why, func() error {
+		cfg, replace := want, ok && !upgrade
+		kind := "hop-attach"
+		if upgrade {
+			kind = "hop-upgrade"
+		}
+		add(kind, want.Iface, why, func() error {
 			if replace {
 				if _, err := p.hops.Detach(cfg.Iface); err != nil {
 					return err
@@ -215,6 +236,10 @@ func (p *parts) plan(d *Desired, owned Owned) (*Plan, error) {
 			why = "the fq root that enforces the pauses was removed"
 		default:
 			why = onRampDrift(want, cur)
+		}
+		if why == "" && cur.UpgradeAvailable {
+			// Enable swaps this ccload's build in, in place.
+			why = "On-Ramp was built from another object"
 		}
 		if why == "" {
 			continue

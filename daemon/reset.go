@@ -54,7 +54,7 @@ func (r *ResetResult) String() string {
 // returns them all; running it again finishes what a failure left. The
 // caller holds the pin root's lock.
 func Reset(host kernel.Host, opts ...loader.Option) (*ResetResult, error) {
-	p := newParts(host, opts...)
+	p := newParts(host, 0, opts...)
 	res := &ResetResult{CCs: []string{}, Hops: []string{}, OnRamp: []string{}, PinRoot: host.PinRoot()}
 	var errs []error
 	// On-Ramp and the hops first: they stop touching packets before the

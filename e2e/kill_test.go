@@ -588,8 +588,18 @@ func TestKillLock(t *testing.T) {
 }
 
 // TestKillOnRamp kills `onramp enable` and `onramp disable` at each of
-// their kill points, as TestKillPoints does the other commands. On-Ramp
+// their kill points, as TestKillPoints does the other commands, and runs
+// the next command: the same one again, and after a killed enable also a
+// disable; an enable that upgrades pins of another build is killed too.
+// After the next command, On-Ramp is either fully enabled (attached, with
+// its fq root and the sockops program, holders that match) or fully gone
+// (no pins, no On-Ramp program alive, the root qdisc as it was). On-Ramp
 // needs sch_fq: it runs in the vmtests guests.
+//
+// One enable passes the generic kill points of pin.Stage (stage-created,
+// ...) once per stage it builds (the clock map's, the interface's, the
+// sockops program's); CCLOAD_KILL_AT stops at the first, and On-Ramp's
+// own points after each step of the later stages cover those.
 func TestKillOnRamp(t *testing.T) {
 	e := newKillEnv(t)
 	rootBefore := e.rootQdisc(t)
@@ -602,13 +612,84 @@ func TestKillOnRamp(t *testing.T) {
 		t.Fatalf("onramp enable: %v", r)
 	}
 	e.mustRun(t, off...)
-	cases := []killCase{
-		{name: "onramp enable", args: on},
-		{name: "onramp disable", prep: [][]string{on}, args: off},
+	// An upgrade: pins without object records are another build's (one
+	// from before the records), which enable swaps in place.
+	forgetBuild := func() {
+		dirs, _ := os.ReadDir(filepath.Join(e.host.PinRoot(), "onramp"))
+		for _, d := range dirs {
+			_ = os.Remove(filepath.Join(e.host.PinRoot(), "onramp", d.Name(), "object"))
+		}
 	}
-	tally := e.killAtEachPoint(t, cases, func() []string { return e.onRampCheck(t, rootBefore) })
-	t.Logf("On-Ramp kill points: %d points enumerated, %d kills, %d points not reached, %d invariant failures",
-		tally.points, tally.kills, tally.missed, tally.failures)
+	cases := []struct {
+		killCase
+		setup func()   // run after prep
+		next  []string // the command run after the kill
+	}{
+		{killCase{name: "onramp enable", args: on}, nil, on},
+		{killCase{name: "onramp enable, then disable", args: on}, nil, off},
+		{killCase{name: "onramp enable again", prep: [][]string{on}, args: append(slices.Clone(on[:len(on)-1]), "198.18.0.0/16,fd00::/8")}, nil, on},
+		{killCase{name: "onramp enable, upgrading", prep: [][]string{on}, args: on}, forgetBuild, on},
+		{killCase{name: "onramp disable", prep: [][]string{on}, args: off}, nil, off},
+	}
+	var tally killTally
+	for _, c := range cases {
+		points, repeated := e.onRampPoints(t, c.killCase, c.setup)
+		t.Logf("%s: %d kill points: %s (passed more than once, killed at the first only: %s)",
+			c.name, len(points), strings.Join(points, " "), strings.Join(repeated, " "))
+		if len(points) == 0 {
+			t.Errorf("%s passes no kill point", c.name)
+		}
+		tally.points += len(points)
+		wantOn := c.next[1] == "enable"
+		for _, p := range points {
+			e.prepare(t, c.killCase)
+			if c.setup != nil {
+				c.setup()
+			}
+			r := e.run(t, []string{pin.KillAtEnv + "=" + p}, c.args...)
+			if !r.killed {
+				tally.missed++
+				t.Errorf("%s with %s=%s was not killed: %v", c.name, pin.KillAtEnv, p, r)
+				continue
+			}
+			tally.kills++
+			var problems []string
+			if r := e.run(t, nil, c.next...); r.code != 0 || r.killed {
+				problems = append(problems, fmt.Sprintf("the next command, %s, failed: %v", strings.Join(c.next, " "), r))
+			}
+			problems = append(problems, e.onRampCheck(t, rootBefore, wantOn)...)
+			e.checkAfter(t, &tally, fmt.Sprintf("%s killed at %s, then %s", c.name, p, strings.Join(c.next, " ")), problems)
+		}
+	}
+	e.reset(t)
+	t.Logf("On-Ramp kill points: %d commands, %d points enumerated, %d kills, %d points not reached, %d invariant failures (%d checks passed only after the kernel's deferred release)",
+		len(cases), tally.points, tally.kills, tally.missed, tally.failures, tally.settled)
+}
+
+// onRampPoints runs c once from the state its prep (then setup, if not
+// nil) makes, and returns the kill points it passes, in order, each once,
+// and those it passes more than once.
+func (e *killEnv) onRampPoints(t *testing.T, c killCase, setup func()) (points, repeated []string) {
+	t.Helper()
+	e.prepare(t, c)
+	if setup != nil {
+		setup()
+	}
+	r := e.run(t, []string{pin.KillTraceEnv + "=1"}, c.args...)
+	if r.code != 0 || r.killed {
+		t.Fatalf("%s: %v", c.name, r)
+	}
+	for _, line := range strings.Split(r.stderr, "\n") {
+		name, ok := strings.CutPrefix(line, "killpoint ")
+		switch {
+		case !ok:
+		case !slices.Contains(points, name):
+			points = append(points, name)
+		case !slices.Contains(repeated, name):
+			repeated = append(repeated, name)
+		}
+	}
+	return points, repeated
 }
 
 // rootQdisc says what the root qdisc of the pair's interface is.
@@ -631,38 +712,111 @@ func fqOrNot(iface string) (string, error) {
 	return "not fq", err
 }
 
-// onRampCheck checks On-Ramp's part of the invariants: each instance of
-// the pair's first netns is attached, and with no instance there are no
-// On-Ramp pins and the root qdisc is as it was before the test.
-func (e *killEnv) onRampCheck(t *testing.T, rootBefore string) []string {
+// onRampCheck checks On-Ramp's part of the invariants once the next
+// command has run: with wantOn, On-Ramp runs on the pair's interface,
+// complete (both programs attached, the fq root, the sockops program
+// attached to the cgroup root once, the interface its only holder);
+// without, nothing of it is left (no pins, no On-Ramp program alive in the
+// kernel, the root qdisc as it was before the test).
+func (e *killEnv) onRampCheck(t *testing.T, rootBefore string, wantOn bool) []string {
 	t.Helper()
 	var problems []string
-	err := e.pair.A.Do(func() error {
-		sts, err := onramp.New(e.host).Status()
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	dir := filepath.Join(e.host.PinRoot(), "onramp")
+	var sts []onramp.Status
+	err := e.pair.A.Do(func() (err error) {
+		if sts, err = onramp.New(e.host).Status(); err != nil {
+			return err
+		}
+		now, err := fqOrNot(e.iface)
+		switch {
+		case err != nil:
+			return err
+		case wantOn && now != "fq":
+			bad("On-Ramp is enabled on %s, whose root qdisc is not fq", e.iface)
+		case !wantOn && now != rootBefore:
+			bad("On-Ramp is disabled, and the root qdisc of %s is %s, %s before", e.iface, now, rootBefore)
+		}
+		if !wantOn {
+			return nil
+		}
+		ifi, err := net.InterfaceByName(e.iface)
 		if err != nil {
 			return err
 		}
-		for _, st := range sts {
-			if !st.Attached {
-				problems = append(problems, fmt.Sprintf("On-Ramp on %s is pinned at %s but not attached", st.Iface, st.PinDir))
+		for _, side := range []struct {
+			attach ebpf.AttachType
+			prog   string
+		}{{ebpf.AttachTCXEgress, "onramp_egress"}, {ebpf.AttachTCXIngress, "onramp_ingress"}} {
+			n, err := programsAttached(link.QueryOptions{Target: ifi.Index, Attach: side.attach}, side.prog)
+			if err == nil && n != 1 {
+				bad("%d %s programs are attached to %s by TCX, want 1", n, side.prog, e.iface)
 			}
 		}
-		if len(sts) > 0 {
-			return nil
-		}
-		if left, _ := os.ReadDir(filepath.Join(e.host.PinRoot(), "onramp")); len(left) > 0 {
-			problems = append(problems, fmt.Sprintf("On-Ramp is enabled nowhere, but %v are pinned", names(left)))
-		}
-		now, err := fqOrNot(e.iface)
-		if err == nil && now != rootBefore {
-			problems = append(problems, fmt.Sprintf("On-Ramp is enabled nowhere, and the root qdisc of %s is %s, %s before", e.iface, now, rootBefore))
-		}
-		return err
+		return nil
 	})
 	if err != nil {
-		problems = append(problems, fmt.Sprintf("read On-Ramp's status: %v", err))
+		bad("read On-Ramp's state: %v", err)
+	}
+	holders, _ := os.ReadDir(filepath.Join(dir, "holders"))
+	sockops := e.programsOnCgroupRoot(t, "onramp_sockops")
+	if wantOn {
+		switch {
+		case len(sts) != 1:
+			bad("want On-Ramp on %s, status lists %d interfaces: %+v", e.iface, len(sts), sts)
+		case !sts[0].Attached:
+			bad("On-Ramp on %s is pinned at %s but not attached: %v", sts[0].Iface, sts[0].PinDir, sts[0].Notes)
+		case sts[0].Qdisc == nil:
+			bad("On-Ramp on %s has no fq root: %v", sts[0].Iface, sts[0].Notes)
+		case sts[0].UpgradeAvailable:
+			bad("On-Ramp on %s runs another build than the binary's", sts[0].Iface)
+		}
+		if len(sts) == 1 && (len(holders) != 1 || holders[0].Name() != filepath.Base(sts[0].PinDir)) {
+			bad("the holders of the sockops program are %v, want only %s", names(holders), filepath.Base(sts[0].PinDir))
+		}
+		if sockops != 1 {
+			bad("%d onramp_sockops programs are attached to the cgroup root, want 1", sockops)
+		}
+		return problems
+	}
+	if len(sts) > 0 {
+		bad("On-Ramp is disabled, and status lists %+v", sts)
+	}
+	if left, _ := os.ReadDir(dir); len(left) > 0 {
+		bad("On-Ramp is disabled, and %v are left in %s", names(left), dir)
+	}
+	if sockops != 0 {
+		bad("On-Ramp is disabled, and %d onramp_sockops programs are attached to the cgroup root", sockops)
+	}
+	// The kernel frees a program a moment after its last reference.
+	alive := onramp.ProgramsAlive()
+	for deadline := time.Now().Add(settleTime); len(alive) > 0 && time.Now().Before(deadline); alive = onramp.ProgramsAlive() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(alive) > 0 {
+		bad("On-Ramp is disabled, and the kernel still runs %v", alive)
 	}
 	return problems
+}
+
+// programsOnCgroupRoot counts the programs called name attached to the
+// cgroup root as sockops programs.
+func (e *killEnv) programsOnCgroupRoot(t *testing.T, name string) int {
+	t.Helper()
+	cg, err := kernel.Cgroup2Root()
+	if err != nil {
+		t.Fatalf("find the cgroup2 root: %v", err)
+	}
+	f, err := os.Open(cg)
+	if err != nil {
+		t.Fatalf("open %s: %v", cg, err)
+	}
+	defer f.Close()
+	n, err := programsAttached(link.QueryOptions{Target: int(f.Fd()), Attach: ebpf.AttachCGroupSockOps}, name)
+	if err != nil {
+		t.Fatalf("list the sockops programs of %s: %v", cg, err)
+	}
+	return n
 }
 
 // reset removes everything the commands made, through the commands, and

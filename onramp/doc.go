@@ -13,9 +13,14 @@
 //     makes room in TCP headers for the options.
 //
 // Pins: <pin root>/onramp/<ifname>-<ifindex>-ns<netns inode>/ holds an
-// interface's programs and maps; <pin root>/onramp/sockops/ the sockops
-// program, shared by every interface on which On-Ramp is enabled, and
+// interface's programs and maps, and the record of the object they were
+// built from; <pin root>/onramp/sockops/ the sockops program, shared by
+// every interface on which On-Ramp is enabled, with its own record;
 // <pin root>/onramp/holders/<interface key>/ records those interfaces and
-// the peer prefixes each asked for. The sockops program goes when the last
-// interface does. docs/onramp.md is the user's guide.
+// the peer prefixes each asked for; <pin root>/onramp/fq/<interface key>
+// records an fq root qdisc that On-Ramp installed (fqroot.go). The
+// sockops program goes when the last interface does. A command killed at
+// any step leaves what Recover (recover.go) finishes; a newer build
+// swaps its programs in place (upgrade.go). docs/onramp.md is the user's
+// guide.
 package onramp

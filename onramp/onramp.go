@@ -19,9 +19,20 @@ import (
 // onrampDir is On-Ramp's directory below the pin root.
 const onrampDir = "onramp"
 
-// markFQInstalled, an empty directory among an interface's pins, says that
-// Enable installed the fq root qdisc, which Disable then removes.
+// stageLabelPrefix starts the label of On-Ramp's stages: an interface's
+// is stageLabelPrefix+<interface key>, the sockops program's
+// stageLabelPrefix+"sockops".
+const stageLabelPrefix = "onramp-"
+
+// markFQInstalled, an empty directory among an interface's pins, said in
+// pin sets made before the fq records (fqroot.go) that Enable installed
+// the fq root qdisc. remove still honours it.
 const markFQInstalled = "fq_installed"
+
+// pinObject is the record of the object a pin set was built from
+// (pin.WriteObject), in an interface's directory and in the sockops
+// program's.
+const pinObject = "object"
 
 // Priority is the tc filter priority of On-Ramp's programs with clsact,
 // apart from the INT hop's (qdisc.DefaultPriority) and the clock agent's
@@ -33,10 +44,26 @@ const Priority = qdisc.DefaultPriority + 1
 // kernel and in bpffs pins.
 type OnRamp struct {
 	host kernel.Host
+	salt uint32 // see WithBuildSalt
 }
 
+// A NewOption configures the OnRamp that New returns.
+type NewOption func(*OnRamp)
+
+// WithBuildSalt makes the OnRamp take its embedded objects for another
+// build than the one shipped (pin.ObjectOf with salt): pins that a
+// plain OnRamp made are then another object's, and Enable upgrades them
+// in place. It is for tests of the upgrade; salt 0 is the plain build.
+func WithBuildSalt(salt uint32) NewOption { return func(o *OnRamp) { o.salt = salt } }
+
 // New returns an OnRamp acting on host.
-func New(host kernel.Host) *OnRamp { return &OnRamp{host: host} }
+func New(host kernel.Host, opts ...NewOption) *OnRamp {
+	o := &OnRamp{host: host}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
 
 func (o *OnRamp) root() string { return filepath.Join(o.host.PinRoot(), onrampDir) }
 
@@ -82,8 +109,11 @@ func lookup(iface string) (pin.IfaceKey, error) {
 // interface and the sockops program to the cgroup, and pins everything,
 // so that it runs after this process exits, until Disable. Enabling an
 // interface that has On-Ramp already updates its parameters and
-// prefixes in place. Any failure leaves nothing behind: no pins, no
-// programs, and the root qdisc as it was.
+// prefixes in place, installs the fq root again if somebody removed it,
+// and, when its programs are another build's (Status.UpgradeAvailable),
+// swaps this build's in without detaching anything (upgrade.go). Any
+// failure leaves nothing behind: no pins, no programs, and the root qdisc
+// as it was. A process killed on the way leaves what Recover undoes.
 func (o *OnRamp) Enable(cfg Config) (_ *Status, err error) {
 	if cfg, err = cfg.check(); err != nil {
 		return nil, err
@@ -100,6 +130,11 @@ func (o *OnRamp) Enable(cfg Config) (_ *Status, err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			o.tidy() // the directories a failure left empty
+		}
+	}()
 	if len(cfg.Peers) == 0 {
 		notes = append(notes, "no peer prefixes given: nothing will be stamped (pass --peers with the datacenter's prefixes)")
 	}
@@ -109,11 +144,13 @@ func (o *OnRamp) Enable(cfg Config) (_ *Status, err error) {
 	}
 	for _, k := range old {
 		if k == key && o.attached(k) {
-			if err := o.reconfigure(k, cfg); err != nil {
+			more, err := o.update(k, cfg)
+			if err != nil {
 				return nil, err
 			}
 			st := o.read(k)
-			st.Notes = append(append(notes, "On-Ramp was already enabled on "+key.Name+": parameters and prefixes updated"), st.Notes...)
+			notes = append(notes, "On-Ramp was already enabled on "+key.Name+": parameters and prefixes updated")
+			st.Notes = append(append(notes, more...), st.Notes...)
 			return &st, nil
 		}
 		if err := o.remove(k); err != nil {
@@ -130,29 +167,43 @@ func (o *OnRamp) Enable(cfg Config) (_ *Status, err error) {
 	return &st, nil
 }
 
-// attach does Enable's work for an interface without On-Ramp.
+// attach does Enable's work for an interface without On-Ramp. Its steps,
+// each followed by a kill point, and what a kill after each leaves for
+// Recover: the fq record (fqroot.go) and the fq root; the clock map of
+// the namespace (kept: it is the clock agent's too); the stage with the
+// maps, the object record and the attachments, which pin.CleanStale
+// removes with CleanStage; the holder and the sockops program
+// (sockops.go), which Recover drops when no committed interface holds
+// them; the commit, after which the pin set is complete.
 func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error) {
-	_, hadFQ, err := qdisc.InspectFQRoot(key.Name)
+	root, installed, err := o.ensureFQ(key, cfg.ReplaceQdisc)
 	if err != nil {
 		return nil, err
 	}
-	root, err := qdisc.EnsureFQRoot(key.Name, qdisc.FQConfig{}, cfg.ReplaceQdisc)
-	if err != nil {
-		return nil, err
-	}
-	installed := !hadFQ
-	if installed {
-		defer func() {
-			if err != nil {
-				_, rerr := qdisc.RemoveFQRoot(key.Name)
-				err = errors.Join(err, rerr)
-			}
-		}()
-	}
+	defer func() {
+		if err != nil && installed {
+			_, ferr := o.dropFQ(key)
+			err = errors.Join(err, ferr)
+		}
+	}()
 	if root.Replaced != "" {
 		notes = append(notes, fmt.Sprintf("replaced the root qdisc %s of %s with %s; `ccload onramp disable` leaves the kernel's default", root.Replaced, key.Name, root.Kind))
 	}
+	more, err := o.attachPrograms(key, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The pins are in place: from here on On-Ramp is the pins', and
+	// undoing it is Disable's work.
+	installed = false
+	return append(notes, more...), nil
+}
 
+// attachPrograms does attach's work once the root qdisc is fq: it loads
+// the programs, pins them and their maps in a stage, attaches them, takes
+// a hold on the sockops program and commits the stage. A failure leaves
+// nothing of it; the fq root is the caller's.
+func (o *OnRamp) attachPrograms(key pin.IfaceKey, cfg Config) (notes []string, err error) {
 	clockDir, err := clocksync.Dir(o.host)
 	if err != nil {
 		return nil, err
@@ -185,22 +236,23 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 	}
 	defer objs.Close()
 
-	stage, err := pin.NewStage(o.host.PinRoot(), "onramp-"+key.String(), o.dir(key))
+	stage, err := pin.NewStage(o.host.PinRoot(), stageLabelPrefix+key.String(), o.dir(key))
 	if err != nil {
 		return nil, err
 	}
 	defer stage.Abort()
+	pin.KillPoint("onramp-staged")
 	if err := os.MkdirAll(o.root(), 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", o.root(), err)
 	}
-	maps := map[string]*ebpf.Map{
-		onrampMapOnrampParams: objs.OnrampParams, onrampMapOnrampFlows: objs.OnrampFlows,
-		onrampMapOnrampPeers: objs.OnrampPeers, onrampMapOnrampStats: objs.OnrampStats,
-		onrampMapOnrampTrace: objs.OnrampTrace, onrampMapOnrampTraceOn: objs.OnrampTraceOn,
-	}
-	if err := stage.PinMaps(maps); err != nil {
+	if err := stage.PinMaps(objs.pinned()); err != nil {
 		return nil, fmt.Errorf("pin On-Ramp: %w", err)
 	}
+	pin.KillPoint("onramp-maps-pinned")
+	if err := pin.WriteObject(stage.Path(pinObject), o.object()); err != nil {
+		return nil, err
+	}
+	pin.KillPoint("onramp-object-recorded")
 	var atts []*qdisc.Attachment
 	stage.OnAbort(func() {
 		for i := len(atts) - 1; i >= 0; i-- {
@@ -208,11 +260,7 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 		}
 	})
 	for _, side := range qdisc.Sides() {
-		prog := objs.OnrampEgress
-		if side == qdisc.Ingress {
-			prog = objs.OnrampIngress
-		}
-		a, err := qdisc.Attach(key.Name, prog, qdisc.AttachOptions{Direction: side, Method: cfg.Method, Priority: Priority})
+		a, err := qdisc.Attach(key.Name, objs.program(side), qdisc.AttachOptions{Direction: side, Method: cfg.Method, Priority: Priority})
 		if errors.Is(err, unix.EEXIST) {
 			return nil, kernel.NewError(kernel.KindAlreadyAttached,
 				fmt.Sprintf("find it with: tc filter show dev %s %s", key.Name, side), err,
@@ -222,21 +270,20 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 			return nil, fmt.Errorf("attach On-Ramp to %s %s: %w", key.Name, side, err)
 		}
 		atts = append(atts, a)
+		// With clsact the filter now runs without a pin: CleanStage
+		// finds it by its priority and name.
+		pin.KillPoint("onramp-" + side.String() + "-attached")
 		if err := a.Pin(qdisc.SidePin(stage.Path(""), side)); err != nil {
 			return nil, fmt.Errorf("pin On-Ramp's %s program: %w", side, err)
 		}
+		pin.KillPoint("onramp-" + side.String() + "-pinned")
 	}
-	if installed {
-		// Disable removes only the fq that Enable installed.
-		if err := os.Mkdir(stage.Path(markFQInstalled), 0o700); err != nil {
-			return nil, fmt.Errorf("record the fq root of %s: %w", key.Name, err)
-		}
-	}
-	undo, _, err := o.acquireSockops(key.String(), cfg.Peers, cfg.Cgroup)
+	stage.OnAbort(func() { _ = o.releaseSockops(key.String()) })
+	more, err := o.acquireSockops(key.String(), cfg.Peers, cfg.Cgroup)
+	notes = append(notes, more...)
 	if err != nil {
 		return nil, err
 	}
-	stage.OnAbort(undo)
 	if err := stage.Commit(); err != nil {
 		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 			return nil, kernel.NewError(kernel.KindAlreadyAttached, "run `ccload onramp status`", err,
@@ -244,6 +291,7 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 		}
 		return nil, err
 	}
+	pin.KillPoint("onramp-committed")
 	var rerr error
 	for _, a := range atts {
 		rerr = errors.Join(rerr, a.Release())
@@ -251,29 +299,75 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 	if rerr != nil {
 		return nil, errors.Join(fmt.Errorf("let go of On-Ramp's programs on %s: %w", key.Name, rerr), o.remove(key))
 	}
+	pin.KillPoint("onramp-released")
 	return notes, nil
 }
 
-// reconfigure writes cfg into a running instance.
-func (o *OnRamp) reconfigure(k pin.IfaceKey, cfg Config) error {
+// pinned returns the maps of the tc object that an interface's pin set
+// holds, by pin name: all but the clock map (the clock agent's) and the
+// scratch map of new peers.
+func (objs *onrampObjects) pinned() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		onrampMapOnrampParams: objs.OnrampParams, onrampMapOnrampFlows: objs.OnrampFlows,
+		onrampMapOnrampPeers: objs.OnrampPeers, onrampMapOnrampStats: objs.OnrampStats,
+		onrampMapOnrampTrace: objs.OnrampTrace, onrampMapOnrampTraceOn: objs.OnrampTraceOn,
+	}
+}
+
+// program returns the tc program of side.
+func (objs *onrampObjects) program(side qdisc.Direction) *ebpf.Program {
+	if side == qdisc.Ingress {
+		return objs.OnrampIngress
+	}
+	return objs.OnrampEgress
+}
+
+// update does Enable's work for an interface where On-Ramp runs: it
+// installs the fq root again if somebody removed it, upgrades the
+// programs if they are another build's, and writes cfg. Each step can be
+// cut short by a kill and done again by the next Enable.
+func (o *OnRamp) update(k pin.IfaceKey, cfg Config) (notes []string, err error) {
+	if _, installed, err := o.ensureFQ(k, cfg.ReplaceQdisc); err != nil {
+		return nil, err
+	} else if installed {
+		notes = append(notes, fmt.Sprintf("the root qdisc of %s was not fq any more: installed fq again", k.Name))
+	}
+	reattach, more, err := o.upgradeTC(k)
+	notes = append(notes, more...)
+	if err != nil {
+		return notes, err
+	}
+	if reattach {
+		// The new build cannot take over the pinned maps: start afresh,
+		// keeping the fq root and the sockops program.
+		if err := o.removeInstance(k); err != nil {
+			return notes, err
+		}
+		more, err := o.attach(k, cfg)
+		if err != nil {
+			return notes, errors.Join(err, o.remove(k))
+		}
+		return append(notes, more...), nil
+	}
 	m, err := ebpf.LoadPinnedMap(filepath.Join(o.dir(k), onrampMapOnrampParams), nil)
 	if err != nil {
-		return fmt.Errorf("open On-Ramp's parameters on %s: %w", k.Name, err)
+		return notes, fmt.Errorf("open On-Ramp's parameters on %s: %w", k.Name, err)
 	}
 	defer m.Close()
 	if err := m.Update(uint32(0), cfg.params(), ebpf.UpdateExist); err != nil {
-		return fmt.Errorf("update On-Ramp's parameters on %s: %w", k.Name, err)
+		return notes, fmt.Errorf("update On-Ramp's parameters on %s: %w", k.Name, err)
 	}
-	_, _, err = o.acquireSockops(k.String(), cfg.Peers, cfg.Cgroup)
-	return err
+	pin.KillPoint("onramp-params-written")
+	more, err = o.acquireSockops(k.String(), cfg.Peers, cfg.Cgroup)
+	return append(notes, more...), err
 }
 
 // Disable turns On-Ramp off on iface, an interface of the calling thread's
 // network namespace (or one that was called so and is gone): it detaches
 // the programs, removes the pins and the fq root qdisc if Enable installed
 // it (an fq that was there before stays), and detaches the sockops program
-// when no other interface has On-Ramp. It reports whether there was anything to remove. Paused
-// flows resume at once.
+// when no other interface has On-Ramp. It reports whether there was
+// anything to remove. Paused flows resume at once.
 func (o *OnRamp) Disable(iface string) (bool, error) {
 	if err := kernel.CheckCaps(); err != nil {
 		return false, err
@@ -294,28 +388,18 @@ func (o *OnRamp) Disable(iface string) (bool, error) {
 	return len(keys) > 0, nil
 }
 
-// remove detaches what is still attached of instance k, removes its pins,
-// the fq root qdisc if its Enable installed it, and its hold on the sockops
-// program.
+// remove undoes instance k, in k's network namespace, in steps that a
+// kill may cut short and Recover finishes: it detaches what is still
+// attached and removes the pins (removeInstance), then the fq root qdisc
+// if On-Ramp installed it (dropFQ), then the hold on the sockops program
+// (releaseSockops), then the clock map if it was the namespace's last
+// instance and no clock agent runs.
 func (o *OnRamp) remove(k pin.IfaceKey) error {
-	dir := o.dir(k)
-	iface := pin.IfaceNow(k)
-	gone := pin.IfaceGone(k.Index)
-	if err := qdisc.DetachPinnedSides(iface, dir); err != nil && !gone {
-		return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s` and `bpftool net`, then remove %s by hand", iface, dir),
-			err, "detach On-Ramp")
+	if err := o.removeInstance(k); err != nil {
+		return err
 	}
-	ownFQ := kernel.Exists(filepath.Join(dir, markFQInstalled))
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove On-Ramp's pins %s: %w", dir, err)
-	}
-	var qerr error
-	if ownFQ && !gone {
-		if _, err := qdisc.RemoveFQRoot(iface); err != nil {
-			qerr = fmt.Errorf("remove the fq root qdisc On-Ramp installed on %s: %w", iface, err)
-		}
-	}
-	err := errors.Join(qerr, o.releaseSockops(k.String()))
+	_, err := o.dropFQ(k)
+	err = errors.Join(err, o.releaseSockops(k.String()))
 	// The last interface of the namespace takes the clock map with it
 	// unless an agent runs: Enable may have created it.
 	if left, lerr := o.instances("", -1, k.Netns); lerr == nil && len(left) == 0 {
@@ -323,8 +407,50 @@ func (o *OnRamp) remove(k pin.IfaceKey) error {
 			err = errors.Join(err, cerr)
 		}
 	}
-	_ = os.Remove(o.root()) // once empty: the last interface is gone
+	o.tidy()
 	return err
+}
+
+// removeInstance detaches what is still attached of instance k and
+// removes its pins. An instance made before the fq records has its fq
+// mark moved to a record first, so that a kill after the pins go still
+// leaves the fq root to Recover.
+func (o *OnRamp) removeInstance(k pin.IfaceKey) error {
+	dir := o.dir(k)
+	iface := pin.IfaceNow(k)
+	gone := pin.IfaceGone(k.Index)
+	var err error
+	for _, side := range qdisc.Sides() {
+		if _, rerr := qdisc.RecoverReplace(iface, side, qdisc.SidePin(dir, side)); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	if err == nil {
+		err = qdisc.DetachPinnedSides(iface, dir)
+	}
+	if err != nil && !gone {
+		return kernel.NewError(kernel.KindDetach, fmt.Sprintf("check it with `tc filter show dev %s` and `bpftool net`, then remove %s by hand", iface, dir),
+			err, "detach On-Ramp")
+	}
+	pin.KillPoint("onramp-detached")
+	if kernel.Exists(filepath.Join(dir, markFQInstalled)) {
+		if err := o.recordFQ(k); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove On-Ramp's pins %s: %w", dir, err)
+	}
+	pin.KillPoint("onramp-unpinned")
+	return nil
+}
+
+// tidy removes On-Ramp's directories that are left empty, and its root
+// once nothing is left in it.
+func (o *OnRamp) tidy() {
+	for _, d := range []string{o.holdersDir(), o.fqDir(), o.root()} {
+		_ = os.Remove(d) // only when empty
+	}
 }
 
 // sumStats sums a per-CPU counter array of ONRAMP_STAT_MAX entries.

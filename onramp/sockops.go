@@ -31,38 +31,81 @@ func (o *OnRamp) sockopsDir() string { return filepath.Join(o.root(), sockopsDir
 func (o *OnRamp) holdersDir() string { return filepath.Join(o.root(), holdersDir) }
 
 // acquireSockops makes sure the sockops program runs, with peers among its
-// prefixes, and records holder (an interface key) with its peers. It
-// returns what undoes it.
-func (o *OnRamp) acquireSockops(holder string, peers []netip.Prefix, cgroup string) (undo func(), notes []string, err error) {
+// prefixes, and records holder (an interface key) with its peers, in
+// place of those it held before. A sockops program of another build is
+// upgraded in place (upgradeSockops). Dropping the hold is
+// releaseSockops's work: a caller that fails afterwards calls it.
+func (o *OnRamp) acquireSockops(holder string, peers []netip.Prefix, cgroup string) (notes []string, err error) {
+	if err := o.writeHolder(holder, peers); err != nil {
+		return nil, err
+	}
+	pin.KillPoint("onramp-holder-written")
+	if o.sockopsComplete() {
+		if notes, err = o.upgradeSockops(); err != nil {
+			return notes, err
+		}
+		if err := o.writeScope(); err != nil {
+			return notes, err
+		}
+		pin.KillPoint("onramp-scope-widened")
+		return notes, nil
+	}
+	if kernel.Exists(o.sockopsDir()) {
+		if err := o.removeSockops(); err != nil {
+			return notes, err
+		}
+		notes = append(notes, "removed the incomplete pins of On-Ramp's sockops program "+o.sockopsDir())
+	}
+	return notes, o.attachSockops(cgroup)
+}
+
+// writeHolder records holder with the prefixes peers: each prefix is a
+// subdirectory named by its text in hex (bpffs holds no regular files,
+// and refuses dots in names). Prefixes the holder had and peers lacks go.
+func (o *OnRamp) writeHolder(holder string, peers []netip.Prefix) error {
 	hdir := filepath.Join(o.holdersDir(), holder)
 	if err := os.MkdirAll(hdir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("record the On-Ramp holder %s: %w", holder, err)
+		return fmt.Errorf("record the On-Ramp holder %s: %w", holder, err)
 	}
-	// Each prefix is a subdirectory named by its text in hex: bpffs holds
-	// no regular files, and refuses dots in names.
+	want := map[string]bool{}
 	for _, p := range peers {
-		if err := os.MkdirAll(filepath.Join(hdir, hex.EncodeToString([]byte(p.String()))), 0o700); err != nil {
-			os.RemoveAll(hdir)
-			return nil, nil, fmt.Errorf("record the prefixes of %s: %w", holder, err)
+		want[hex.EncodeToString([]byte(p.String()))] = true
+	}
+	had, err := os.ReadDir(hdir)
+	if err != nil {
+		return fmt.Errorf("read the prefixes of %s: %w", holder, err)
+	}
+	for _, e := range had {
+		if !want[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(hdir, e.Name())); err != nil {
+				return fmt.Errorf("drop a prefix of %s: %w", holder, err)
+			}
 		}
 	}
-	undo = func() { _ = o.releaseSockops(holder) }
-	if kernel.Exists(filepath.Join(o.sockopsDir(), pinLink)) {
-		if err := o.writeScope(); err != nil {
-			undo()
-			return nil, nil, err
+	for name := range want {
+		if err := os.MkdirAll(filepath.Join(hdir, name), 0o700); err != nil {
+			return fmt.Errorf("record the prefixes of %s: %w", holder, err)
 		}
-		return undo, nil, nil
 	}
-	if err := o.attachSockops(cgroup); err != nil {
-		undo()
-		return nil, nil, err
+	return nil
+}
+
+// sockopsComplete reports whether every pin of the sockops program is
+// there (a set made before object records has none, and is complete).
+func (o *OnRamp) sockopsComplete() bool {
+	for _, name := range []string{pinLink, pinPeers4, pinPeers6, pinSockStats} {
+		if !kernel.Exists(filepath.Join(o.sockopsDir(), name)) {
+			return false
+		}
 	}
-	return undo, nil, nil
+	return true
 }
 
 // attachSockops attaches the sockops program to cgroup with the prefixes
-// of every holder, and pins it.
+// of every holder, and pins it, with a kill point after each step: a kill
+// before the commit leaves a stage that pin.CleanStale removes, which
+// detaches the cgroup link pinned in it (or the link went with the
+// process, before its pin).
 func (o *OnRamp) attachSockops(cgroup string) error {
 	if cgroup == "" {
 		root, err := kernel.Cgroup2Root()
@@ -84,26 +127,38 @@ func (o *OnRamp) attachSockops(cgroup string) error {
 	if err := scope.Write(objs.OnrampPeersV4, objs.OnrampPeersV6, peers); err != nil {
 		return err
 	}
-	stage, err := pin.NewStage(o.host.PinRoot(), "onramp-sockops", o.sockopsDir())
+	stage, err := pin.NewStage(o.host.PinRoot(), stageLabelPrefix+sockopsDir, o.sockopsDir())
 	if err != nil {
 		return err
 	}
 	defer stage.Abort()
+	pin.KillPoint("onramp-sockops-staged")
+	if err := os.MkdirAll(o.root(), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", o.root(), err)
+	}
 	if err := stage.PinMaps(map[string]*ebpf.Map{pinPeers4: objs.OnrampPeersV4, pinPeers6: objs.OnrampPeersV6,
 		pinSockStats: objs.OnrampSockopsStats}); err != nil {
 		return fmt.Errorf("pin On-Ramp's sockops maps: %w", err)
 	}
+	pin.KillPoint("onramp-sockops-maps-pinned")
+	if err := pin.WriteObject(stage.Path(pinObject), o.sockopsObject()); err != nil {
+		return err
+	}
+	pin.KillPoint("onramp-sockops-object-recorded")
 	lnk, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: ebpf.AttachCGroupSockOps, Program: objs.OnrampSockops})
 	if err != nil {
 		return kernel.LoadError("On-Ramp's sockops program", fmt.Errorf("attach to cgroup %s: %w", cgroup, err))
 	}
 	stage.OnAbort(func() { lnk.Close() })
+	pin.KillPoint("onramp-sockops-attached")
 	if err := lnk.Pin(stage.Path(pinLink)); err != nil {
 		return fmt.Errorf("pin On-Ramp's sockops link: %w", err)
 	}
+	pin.KillPoint("onramp-sockops-pinned")
 	if err := stage.Commit(); err != nil {
 		return err
 	}
+	pin.KillPoint("onramp-sockops-committed")
 	return lnk.Close()
 }
 
@@ -166,17 +221,28 @@ func (o *OnRamp) releaseSockops(holder string) error {
 	if err := os.RemoveAll(filepath.Join(o.holdersDir(), holder)); err != nil {
 		return fmt.Errorf("drop the On-Ramp holder %s: %w", holder, err)
 	}
+	pin.KillPoint("onramp-holder-dropped")
 	left, err := os.ReadDir(o.holdersDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("list On-Ramp's holders: %w", err)
 	}
 	if len(left) > 0 {
-		if kernel.Exists(o.sockopsDir()) {
-			return o.writeScope()
+		if !o.sockopsComplete() {
+			return nil
 		}
+		if err := o.writeScope(); err != nil {
+			return err
+		}
+		pin.KillPoint("onramp-scope-narrowed")
 		return nil
 	}
 	_ = os.Remove(o.holdersDir())
+	return o.removeSockops()
+}
+
+// removeSockops detaches the sockops program and removes its pins,
+// whatever is left of them.
+func (o *OnRamp) removeSockops() error {
 	if !kernel.Exists(o.sockopsDir()) {
 		return nil
 	}
@@ -184,9 +250,11 @@ func (o *OnRamp) releaseSockops(holder string) error {
 		return kernel.NewError(kernel.KindDetach, "check it with `bpftool cgroup tree`, then remove "+o.sockopsDir()+" by hand",
 			err, "detach On-Ramp's sockops program")
 	}
+	pin.KillPoint("onramp-sockops-detached")
 	if err := os.RemoveAll(o.sockopsDir()); err != nil {
 		return fmt.Errorf("remove On-Ramp's sockops pins: %w", err)
 	}
+	pin.KillPoint("onramp-sockops-unpinned")
 	return nil
 }
 

@@ -64,6 +64,10 @@ type Status struct {
 	// Stats are the raw counters, the interface's and the host's sockops
 	// program's together.
 	Stats map[string]uint64 `json:"stats"`
+	// UpgradeAvailable says that the programs running (the interface's,
+	// or the host's sockops program) were built from another object than
+	// this ccload embeds: Enable swaps them in place.
+	UpgradeAvailable bool `json:"upgrade_available"`
 	// Notes are remarks for the operator.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -130,6 +134,7 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 	if !st.Attached {
 		note("On-Ramp is no longer attached to %s (the interface was deleted, or its filters removed); remove its pins with: ccload onramp disable --iface %s", st.Iface, st.Iface)
 	}
+	st.UpgradeAvailable = o.upgradeAvailable(k)
 	if root, ok, err := qdisc.InspectFQRoot(st.Iface); err == nil && ok {
 		st.Qdisc = &root
 	} else if st.Attached {

@@ -60,9 +60,7 @@ instead, as 'ccload reset' does.
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Host = a.host
 			opts.LoaderOptions = a.loaderOptions()
-			if build != 0 {
-				opts.LoaderOptions = append(opts.LoaderOptions, loader.WithBuildVersion(build))
-			}
+			opts.Build = build
 			logger := log.New(c.ErrOrStderr(), "", log.LstdFlags)
 			opts.Logf = logger.Printf
 			opts.LockWait = a.lockWait
@@ -107,7 +105,7 @@ instead, as 'ccload reset' does.
 	f.BoolVar(&dryRun, "dry-run", false, "print what a reconcile would change, change nothing, and exit")
 	f.BoolVar(&opts.CleanupOnExit, "cleanup-on-exit", false, "on SIGTERM, remove everything ccload owns (as ccload reset) instead of leaving it pinned")
 	f.BoolVar(&asJSON, "json", false, "with --dry-run, print the plan as JSON")
-	f.Uint32Var(&build, "build-version", 0, "load CCs with their ccload_build constant set to this, as a newer ccload would (tests of upgrades)")
+	f.Uint32Var(&build, "build-version", 0, "load every object as this build, as a newer ccload would (tests of upgrades)")
 	_ = f.MarkHidden("build-version")
 	return c
 }

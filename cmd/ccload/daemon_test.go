@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/metrics/promtest"
@@ -237,6 +239,10 @@ func registered(name string) bool {
 // it stops.
 func TestDaemon(t *testing.T) {
 	e := newDaemonEnv(t)
+	iface, err := e.ns.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
 	config := `ccs:
   - name: theta_powertcp
     params:
@@ -247,6 +253,9 @@ default: theta_powertcp
 int:
   peers: [198.18.0.0/15]
   slots: 1
+hops:
+  - iface: ` + iface + `
+    rate: 1gbit
 reconcile-interval: 1h
 clock:
   peers: [` + e.peer.Addr.String() + `]
@@ -306,10 +315,10 @@ clock:
 	}
 
 	// A broken config is refused and the last good one kept.
-	e.writeConfig(t, config+"hops: [{iface: lo, rate: 3gbit}]\n")
+	e.writeConfig(t, config+"onramp: [{iface: lo, peers: [10.0.0.0/8], max-pause: soon}]\n")
 	d.waitUntil(t, "unready with a broken config", func() bool {
 		code, body, err := e.get("/readyz")
-		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "hops[0].rate")
+		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "onramp[0].max-pause")
 	})
 	if !e.list(t)["theta_powertcp"].Attached {
 		t.Error("a broken config removed theta_powertcp")
@@ -368,8 +377,46 @@ clock:
 		t.Errorf("after the restart the default CC is %s", def)
 	}
 
-	// --cleanup-on-exit: SIGTERM removes what ccload owns.
+	// A newer build (the DaemonSet rolled a new image): the CC, the INT
+	// sockops program and the hop are swapped in place, and the CC's name
+	// never leaves the kernel.
+	stopWatch = make(chan struct{})
+	missing = 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			if !registered("theta_powertcp") {
+				missing++
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	d2.stop(t)
+	up := e.startDaemon(t, "--build-version", "7")
+	e.waitReady(t, up)
+	close(stopWatch)
+	wg.Wait()
+	if missing > 0 && slices.Contains(testutil.Registrations(t), kernel.RegLink) {
+		t.Errorf("theta_powertcp was missing %d times across the upgrade, on a kernel with struct_ops links", missing)
+	}
+	for _, want := range []string{"reconcile: upgrade theta_powertcp",
+		"reconcile: int-enable int: the sockops program was built from another object", "reconcile: hop-upgrade " + iface} {
+		if !strings.Contains(up.log.String(), want) {
+			t.Errorf("the newer daemon's log lacks %q:\n%s", want, up.log)
+		}
+	}
+	if gens := e.cli(t, "list", "--json"); !strings.Contains(gens, `"generation": 2`) {
+		t.Errorf("ccload list shows no generation 2 after the upgrade:\n%s", gens)
+	}
+	up.stop(t)
+
+	// --cleanup-on-exit: SIGTERM removes what ccload owns.
 	d3 := e.startDaemon(t, "--cleanup-on-exit")
 	e.waitReady(t, d3)
 	d3.stop(t)
@@ -446,6 +493,17 @@ hops:
 	}
 	if !strings.Contains(e.cli(t, "int", "status"), iface) {
 		t.Errorf("the INT hop on %s is not listed", iface)
+	}
+
+	// A newer build swaps On-Ramp's and the hop's programs in place.
+	d.stop(t)
+	d = e.startDaemon(t, "--build-version", "7")
+	e.waitReady(t, d)
+	for _, want := range []string{"reconcile: onramp-enable " + iface + ": On-Ramp was built from another object",
+		"reconcile: hop-upgrade " + iface} {
+		if !strings.Contains(d.log.String(), want) {
+			t.Errorf("the newer daemon's log lacks %q:\n%s", want, d.log)
+		}
 	}
 
 	e.writeConfig(t, config)

@@ -6,8 +6,8 @@
 // record that something holds the INT store. After Run, every CC, the INT
 // sockops program and every INT hop under the pin root is either gone or
 // a complete, usable pin set, and no CC is registered by a stage that
-// nothing will commit. Of On-Ramp it removes the stages (detaching what
-// they hold); On-Ramp's committed pins are its own to check.
+// nothing will commit; On-Ramp is complete and running on an interface or
+// gone from it, with its fq root (onramp.OnRamp.Recover).
 package recovery
 
 import (
@@ -22,7 +22,7 @@ import (
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
 	"github.com/ccload/ccload/loader"
-	"github.com/ccload/ccload/qdisc"
+	"github.com/ccload/ccload/onramp"
 	"github.com/ccload/ccload/telemetry/hop"
 	"github.com/ccload/ccload/telemetry/sockops"
 )
@@ -61,10 +61,8 @@ func Run(host kernel.Host) (done []string, err error) {
 		}
 		return nil
 	}
-	// On-Ramp's stages are labelled onramp-<interface key> (package
-	// onramp), and hold its tc programs as a hop's stage holds the hop's.
-	onRampStage := pin.IfaceStageCleaner("onramp-", qdisc.DetachPinnedSides)
-	stages, err := pin.CleanStale(root, pin.UnregisterStructOps, hop.CleanStage, onRampStage, recordLinks)
+	onRamp := onramp.New(host)
+	stages, err := pin.CleanStale(root, pin.UnregisterStructOps, hop.CleanStage, onRamp.CleanStage, recordLinks)
 	note(prefixed("removed the stage of a command that died: ", stages), err)
 	note(nil, waitUnregistered(host, linked))
 	if clock, err := clocksync.Dir(host); err == nil {
@@ -79,6 +77,7 @@ func Run(host kernel.Host) (done []string, err error) {
 
 	hops, err := hop.NewPins(host).Recover()
 	note(prefixed("removed the incomplete INT hop ", hops), err)
+	note(onRamp.Recover())
 	return done, errors.Join(errs...)
 }
 

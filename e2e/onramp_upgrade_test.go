@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/ccload/ccload/clocksync"
+	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
+	"github.com/ccload/ccload/onramp"
+	"github.com/ccload/ccload/qdisc"
+	"github.com/ccload/ccload/testbed"
+)
+
+// onRampAttachment is what identifies one attached On-Ramp program: the
+// program, and the TCX or cgroup link that runs it (0 for a cls_bpf
+// filter, which InspectPinned finds by its program).
+type onRampAttachment struct {
+	prog ebpf.ProgramID
+	link link.ID
+}
+
+// onRampAttachments reads, in the calling thread's network namespace, the
+// attachments of On-Ramp pinned in dir for iface (both sides) and of the
+// sockops program pinned in sockopsDir.
+func onRampAttachments(iface, dir, sockopsDir string) (map[string]onRampAttachment, error) {
+	out := map[string]onRampAttachment{}
+	for _, side := range qdisc.Sides() {
+		path := qdisc.SidePin(dir, side)
+		info, err := qdisc.InspectPinned(iface, side, path)
+		if err != nil {
+			return nil, err
+		}
+		if !info.Attached {
+			return nil, errors.New("On-Ramp's " + side.String() + " program is not attached")
+		}
+		a := onRampAttachment{prog: info.ProgramID}
+		if info.Method == qdisc.MethodTCX {
+			if a.link, err = pinnedLinkID(path); err != nil {
+				return nil, err
+			}
+		}
+		out[side.String()] = a
+	}
+	path := filepath.Join(sockopsDir, "link")
+	lnk, err := link.LoadPinnedLink(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer lnk.Close()
+	info, err := lnk.Info()
+	if err != nil {
+		return nil, err
+	}
+	out["sockops"] = onRampAttachment{prog: info.Program, link: info.ID}
+	return out, nil
+}
+
+// pinnedLinkID returns the ID of the link pinned at path.
+func pinnedLinkID(path string) (link.ID, error) {
+	lnk, err := link.LoadPinnedLink(path, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer lnk.Close()
+	info, err := lnk.Info()
+	if err != nil {
+		return 0, err
+	}
+	return info.ID, nil
+}
+
+// programMaps returns the IDs of the maps program id uses, by name.
+func programMaps(id ebpf.ProgramID) (map[string]ebpf.MapID, error) {
+	prog, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return nil, err
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		return nil, err
+	}
+	ids, _ := info.MapIDs()
+	out := map[string]ebpf.MapID{}
+	for _, mid := range ids {
+		m, err := ebpf.NewMapFromID(mid)
+		if err != nil {
+			continue
+		}
+		if mi, err := m.Info(); err == nil {
+			out[mi.Name] = mid
+		}
+		m.Close()
+	}
+	return out, nil
+}
+
+// TestOnRampUpgradeInPlace swaps another build of On-Ramp (salt 7: a
+// different object identity) in for the one running, on both ends of a
+// flow that On-Ramp keeps pausing (the receiver's clock says every packet
+// took 30 ms), as a newer ccload's `onramp enable` or daemon does. The
+// programs must change and the links stay (the TCX links and the
+// sockops program's cgroup link keep their IDs; with clsact the filters
+// keep running), the new programs must run on the maps that were pinned
+// (the flow table with each flow's pause, the counters, the sockets'
+// storage), the flow must keep being paused and arrive intact, and each
+// build must see the other's pins as an upgrade to make.
+func TestOnRampUpgradeInPlace(t *testing.T) {
+	testutil.RequireRoot(t)
+	host := testutil.Host(t)
+	p := testnet.NewPair(t)
+	ends := []struct {
+		h     *testbed.Host
+		iface string
+	}{{p.A, ifaceOf(t, p.A)}, {p.B, ifaceOf(t, p.B)}}
+	old := onramp.New(host)
+	newer := onramp.New(host, onramp.WithBuildSalt(7))
+	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: time.Millisecond, MaxPause: 5 * time.Millisecond}
+	for _, e := range ends {
+		c := cfg
+		c.Iface = e.iface
+		err := e.h.Do(func() error { _, err := old.Enable(c); return err })
+		if errors.Is(err, qdisc.ErrNoFQ) {
+			testutil.SkipKernelLacks(t, "sch_fq")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := e.h.Do(func() error { _, err := old.Disable(e.iface); return err }); err != nil {
+				t.Errorf("disable On-Ramp on %s: %v", e.iface, err)
+			}
+		})
+	}
+	err := p.B.Do(func() error {
+		return clocksync.PublishFixed(host, []netip.Addr{p.A.Addr}, 30*time.Millisecond, 1000, time.Hour)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(o *onramp.OnRamp) onramp.Status {
+		t.Helper()
+		var sts []onramp.Status
+		if err := p.A.Do(func() (err error) { sts, err = o.Status(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if len(sts) != 1 {
+			t.Fatalf("status lists %d interfaces of the sender, want 1: %+v", len(sts), sts)
+		}
+		return sts[0]
+	}
+	st := status(old)
+	if st.UpgradeAvailable || !status(newer).UpgradeAvailable {
+		t.Fatalf("before the upgrade: the build that enabled On-Ramp sees an upgrade: %v, the newer build: %v; want false, true",
+			st.UpgradeAvailable, status(newer).UpgradeAvailable)
+	}
+	sockopsDir := filepath.Join(host.PinRoot(), "onramp", "sockops")
+	attachments := func() map[string]onRampAttachment {
+		t.Helper()
+		var a map[string]onRampAttachment
+		if err := p.A.Do(func() (err error) { a, err = onRampAttachments(ends[0].iface, st.PinDir, sockopsDir); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	before := attachments()
+	// The old programs go once swapped out: read their maps now.
+	oldSockops, err := programMaps(before["sockops"].prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flows, err := ebpf.LoadPinnedMap(filepath.Join(st.PinDir, "onramp_flows"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flows.Close()
+	flowsInfo, err := flows.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowsID, _ := flowsInfo.ID()
+
+	sink := testnet.StartSink(t, p.B, p.B.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := testbed.SendFlow(ctx, p.A, sink.Addr, testbed.FlowConfig{CC: "cubic", For: 12 * time.Second, Seed: 7, Timeout: 80 * time.Second})
+		sent <- err
+	}()
+	// Wait for the flow to be paused, bounded.
+	var pausesBefore uint64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s := status(old); s.Flows > 0 && s.Pauses > 0 {
+			pausesBefore = s.Pauses
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no flow paused in 5 s: %+v", status(old))
+		}
+	}
+
+	var notes []string
+	for _, e := range ends {
+		c := cfg
+		c.Iface = e.iface
+		err := e.h.Do(func() error {
+			st, err := newer.Enable(c)
+			if st != nil {
+				notes = append(notes, st.Notes...)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("upgrade On-Ramp on %s: %v", e.iface, err)
+		}
+	}
+	t.Logf("notes: %s", strings.Join(notes, "; "))
+	for _, want := range []string{"upgraded On-Ramp's tc programs", "upgraded On-Ramp's sockops program"} {
+		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
+			t.Errorf("no note says %q", want)
+		}
+	}
+	after := attachments()
+	for what, b := range before {
+		a := after[what]
+		if a.prog == b.prog {
+			t.Errorf("%s: still program %d after the upgrade", what, a.prog)
+		}
+		if a.link != b.link {
+			t.Errorf("%s: link %d became link %d: the upgrade attached anew", what, b.link, a.link)
+		}
+	}
+	t.Logf("programs before %v, after %v", before, after)
+	maps, err := programMaps(after["egress"].prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maps["onramp_flows"] != flowsID {
+		t.Errorf("the new egress program uses flow table %d, not the pinned one, %d", maps["onramp_flows"], flowsID)
+	}
+	newSockops, err := programMaps(after["sockops"].prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oldSockops["onramp_sk"] == 0 || newSockops["onramp_sk"] != oldSockops["onramp_sk"] {
+		t.Errorf("the new sockops program uses socket storage %d, the old one %d", newSockops["onramp_sk"], oldSockops["onramp_sk"])
+	}
+	if !status(old).UpgradeAvailable || status(newer).UpgradeAvailable {
+		t.Errorf("after the upgrade: the old build sees an upgrade: %v, the newer build: %v; want true, false",
+			status(old).UpgradeAvailable, status(newer).UpgradeAvailable)
+	}
+
+	// The flow goes on, paused by the new programs on the old state.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s := status(newer); s.Pauses > pausesBefore {
+			t.Logf("%d pauses before the upgrade, %d since", pausesBefore, s.Pauses-pausesBefore)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no pause in 5 s after the upgrade (%d before): %+v", pausesBefore, status(newer))
+			break
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("the flow across the upgrade: %v", err)
+	}
+	got, err := sink.WaitResults(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].OK {
+		t.Errorf("the flow across the upgrade arrived corrupt or short: %+v", got[0])
+	}
+}
