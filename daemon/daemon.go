@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -236,7 +237,7 @@ func mergeOwned(a, b Owned) Owned {
 	union := func(x, y []string) []string {
 		out := append([]string(nil), x...)
 		for _, s := range y {
-			if !contains(out, s) {
+			if !slices.Contains(out, s) {
 				out = append(out, s)
 			}
 		}
@@ -250,15 +251,6 @@ func mergeOwned(a, b Owned) Owned {
 		a.Default = b.Default
 	}
 	return a
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // clockRun is the clock agent running inside the daemon.
