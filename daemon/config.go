@@ -119,6 +119,7 @@ type ConfigError struct {
 	Err  error
 }
 
+// Error reads "file:line: key: problem".
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -132,6 +133,7 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the problem, which may carry a fix (kernel.FixOf).
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // LoadConfig reads and validates the config file at path.

@@ -30,6 +30,7 @@ type Action struct {
 	do func() error
 }
 
+// String reads "kind target: reason", as the log and --dry-run print it.
 func (a Action) String() string { return fmt.Sprintf("%s %s: %s", a.Kind, a.Target, a.Reason) }
 
 // Plan is what a reconcile would change, in the order it changes it.

@@ -23,6 +23,7 @@ type ResetResult struct {
 	PinRoot      string   `json:"pin_root"`
 }
 
+// String lists what was removed, in words.
 func (r *ResetResult) String() string {
 	var parts []string
 	if len(r.CCs) > 0 {

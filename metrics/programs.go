@@ -52,17 +52,25 @@ import (
 // sysctlStats is the sysctl that turns the kernel's program stats on.
 const sysctlStats = "kernel/bpf_stats_enabled"
 
-// Directories below the pin root that hold no CC, by the part they are.
-var pinParts = map[string]string{
-	"int":    partINT,
-	"shared": partINT,
-	"hop":    partHop,
-	"onramp": partOnRamp,
-	"clock":  partClock,
+// pinPart returns the part a directory below the pin root belongs to,
+// for the directories that hold no CC.
+func pinPart(top string) (string, bool) {
+	switch top {
+	case "int", "shared":
+		return partINT, true
+	case "hop":
+		return partHop, true
+	case "onramp":
+		return partOnRamp, true
+	case "clock":
+		return partClock, true
+	}
+	return "", false
 }
 
-// sharedDirs hold maps that programs of several owners use.
-var sharedDirs = map[string]bool{"shared": true, "clock": true}
+// sharedDir reports whether a directory below the pin root holds maps
+// that programs of several owners use.
+func sharedDir(top string) bool { return top == "shared" || top == "clock" }
 
 // Ranks of a match, best first.
 const (
@@ -161,7 +169,7 @@ func (p *pinnedObjects) add(path, dir string) error {
 			return fmt.Errorf("read map %s: %w", path, err)
 		}
 		rank := rankOwnMap
-		if sharedDirs[topDir(dir)] {
+		if sharedDir(topDir(dir)) {
 			rank = rankSharedMap
 		}
 		if id, ok := info.ID(); ok {
@@ -190,7 +198,7 @@ func topDir(dir string) string {
 // partOf is the part of ccload that pins in dir belong to.
 func partOf(dir string) string {
 	top := topDir(dir)
-	if p, ok := pinParts[top]; ok {
+	if p, ok := pinPart(top); ok {
 		return p
 	}
 	if _, err := loader.Lookup(top); err == nil {
