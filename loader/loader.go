@@ -296,6 +296,8 @@ type loadedCC struct {
 	notes  []string
 }
 
+// Close releases this process's handles on the loaded objects; what is
+// pinned or registered stays.
 func (c *loadedCC) Close() {
 	if c.reg == kernel.RegLegacy && c.ops != nil {
 		c.ops.Close()
