@@ -2,15 +2,13 @@ package daemon
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/pin"
 )
 
 // Owned is what the daemon took charge of in its last reconcile: the
@@ -42,10 +40,8 @@ func ownedOf(d *Desired) Owned {
 	return o
 }
 
-// The record lives in bpffs, beside what it describes, so that it has the
-// same lifetime: a reboot clears both, and a daemon in a container finds
-// it through the same bind mount as the pins. It is one element of an
-// array map holding the record as JSON, zero-padded.
+// The record is a pin record (pin.UpdateRecord) beside the pins it describes, holding the
+// record as JSON, zero-padded.
 const (
 	recordDir   = "daemon"
 	recordPin   = "owned"
@@ -59,22 +55,15 @@ func recordPath(host kernel.Host) string {
 // readOwned returns the record; none yet is an empty record.
 func readOwned(host kernel.Host) (Owned, error) {
 	var o Owned
-	m, err := ebpf.LoadPinnedMap(recordPath(host), nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return o, nil
-	}
+	var buf []byte
+	ok, err := pin.ReadRecord(recordPath(host), recordBytes, &buf)
 	if err != nil {
-		return o, fmt.Errorf("open the daemon's ownership record: %w", err)
-	}
-	defer m.Close()
-	buf := make([]byte, m.ValueSize())
-	if err := m.Lookup(uint32(0), &buf); err != nil {
-		return o, fmt.Errorf("read the daemon's ownership record: %w", err)
+		return o, fmt.Errorf("the daemon's ownership record: %w", err)
 	}
 	if i := slices.Index(buf, 0); i >= 0 {
 		buf = buf[:i]
 	}
-	if len(buf) == 0 {
+	if !ok || len(buf) == 0 {
 		return o, nil
 	}
 	if err := json.Unmarshal(buf, &o); err != nil {
@@ -83,7 +72,7 @@ func readOwned(host kernel.Host) (Owned, error) {
 	return o, nil
 }
 
-// writeOwned replaces the record with o, creating and pinning the map the
+// writeOwned replaces the record with o, creating and pinning it the
 // first time.
 func writeOwned(host kernel.Host, o Owned) error {
 	data, err := json.Marshal(o)
@@ -96,25 +85,11 @@ func writeOwned(host kernel.Host, o Owned) error {
 	buf := make([]byte, recordBytes)
 	copy(buf, data)
 	path := recordPath(host)
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
-		}
-		m, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ccload_owned", Type: ebpf.Array, KeySize: 4, ValueSize: recordBytes, MaxEntries: 1})
-		if err != nil {
-			return fmt.Errorf("create the daemon's ownership record: %w", err)
-		}
-		if err := m.Pin(path); err != nil {
-			m.Close()
-			return fmt.Errorf("pin the daemon's ownership record: %w", err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("open the daemon's ownership record: %w", err)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	defer m.Close()
-	if err := m.Update(uint32(0), buf, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("write the daemon's ownership record: %w", err)
+	if err := pin.UpdateRecord(path, "ccload_owned", recordBytes, buf); err != nil {
+		return fmt.Errorf("the daemon's ownership record: %w", err)
 	}
 	return nil
 }

@@ -6,11 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/cilium/ebpf"
+	"github.com/ccload/ccload/internal/pin"
 )
 
 // Every attached CC records what it was built from in a small pinned
@@ -93,33 +92,10 @@ func (r metaRecord) attachedAt() time.Time {
 	return time.Unix(0, r.AttachedNs)
 }
 
-// newMetaMap creates an unpinned "meta" map holding r.
-func newMetaMap(r metaRecord) (*ebpf.Map, error) {
-	r.Magic, r.Version = metaMagic, metaVersion
-	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name: metaName, Type: ebpf.Array, KeySize: 4, ValueSize: metaSize, MaxEntries: 1,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create the record map: %w", err)
-	}
-	if err := m.Update(uint32(0), r, ebpf.UpdateAny); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("write the record map: %w", err)
-	}
-	return m, nil
-}
-
-// pinMetaAt creates a "meta" map holding r and pins it at path.
+// pinMetaAt pins a "meta" record holding r at path.
 func pinMetaAt(path string, r metaRecord) error {
-	m, err := newMetaMap(r)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	if err := m.Pin(path); err != nil {
-		return fmt.Errorf("pin the record at %s: %w", path, err)
-	}
-	return nil
+	r.Magic, r.Version = metaMagic, metaVersion
+	return pin.PinRecord(path, metaName, metaSize, r)
 }
 
 // errNoMeta is returned by readMeta for a pin set made before records
@@ -129,21 +105,13 @@ var errNoMeta = errors.New("no generation record")
 // readMeta reads the record pinned at path. A missing pin is errNoMeta.
 func readMeta(path string) (metaRecord, error) {
 	var r metaRecord
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
+	ok, err := pin.ReadRecord(path, metaSize, &r)
+	switch {
+	case err != nil:
+		return r, err
+	case !ok:
 		return r, errNoMeta
-	}
-	if err != nil {
-		return r, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer m.Close()
-	if m.ValueSize() != metaSize {
-		return r, fmt.Errorf("%s holds %d bytes, not a ccload generation record", path, m.ValueSize())
-	}
-	if err := m.Lookup(uint32(0), &r); err != nil {
-		return r, fmt.Errorf("read %s: %w", path, err)
-	}
-	if r.Magic != metaMagic {
+	case r.Magic != metaMagic:
 		return r, fmt.Errorf("%s is not a ccload generation record", path)
 	}
 	return r, nil

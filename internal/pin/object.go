@@ -4,11 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
-	"fmt"
-	"os"
-
-	"github.com/cilium/ebpf"
 )
 
 // A pin set of a tc or sockops program (an INT hop, the INT sockops
@@ -41,46 +36,13 @@ func (o Object) String() string { return hex.EncodeToString(o[:]) }
 // Short returns the first 12 hex digits of the identity.
 func (o Object) Short() string { return o.String()[:12] }
 
-// newObjectMap creates an unpinned record holding o.
-func newObjectMap(o Object) (*ebpf.Map, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name: objectMapName, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(len(o)), MaxEntries: 1,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create the object record: %w", err)
-	}
-	if err := m.Update(uint32(0), o[:], ebpf.UpdateAny); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("write the object record: %w", err)
-	}
-	return m, nil
-}
+// objectSize is the size of an object record.
+const objectSize = uint32(len(Object{}))
 
 // WriteObject pins a record of o at path, a new file on a bpf
 // filesystem (in a Stage, or in a pin set's directory).
 func WriteObject(path string, o Object) error {
-	m, err := newObjectMap(o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	if err := m.Pin(path); err != nil {
-		return fmt.Errorf("pin the object record at %s: %w", path, err)
-	}
-	return nil
-}
-
-// openObject opens the record pinned at path and checks that it is one.
-func openObject(path string) (*ebpf.Map, error) {
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if err != nil {
-		return nil, err
-	}
-	if m.Type() != ebpf.Array || m.KeySize() != 4 || m.ValueSize() != uint32(len(Object{})) || m.MaxEntries() != 1 {
-		m.Close()
-		return nil, fmt.Errorf("%s is not a ccload object record", path)
-	}
-	return m, nil
+	return PinRecord(path, objectMapName, objectSize, o[:])
 }
 
 // ReadObject reads the record pinned at path. It returns false, and no
@@ -88,20 +50,12 @@ func openObject(path string) (*ebpf.Map, error) {
 // object, whose build is unknown, so that an upgrade is due.
 func ReadObject(path string) (Object, bool, error) {
 	var o Object
-	m, err := openObject(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return o, false, nil
-	}
-	if err != nil {
-		return o, false, fmt.Errorf("open the object record: %w", err)
-	}
-	defer m.Close()
 	var v []byte
-	if err := m.Lookup(uint32(0), &v); err != nil {
-		return o, false, fmt.Errorf("read the object record %s: %w", path, err)
+	ok, err := ReadRecord(path, objectSize, &v)
+	if ok {
+		copy(o[:], v)
 	}
-	copy(o[:], v)
-	return o, true, nil
+	return o, ok, err
 }
 
 // ReplaceObject makes the record pinned at path say o: it updates the
@@ -110,16 +64,5 @@ func ReadObject(path string) (Object, bool, error) {
 // does not may see a record half written, and take it for another
 // object's, which only makes it offer an upgrade that is not due.
 func ReplaceObject(path string, o Object) error {
-	m, err := openObject(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return WriteObject(path, o)
-	}
-	if err != nil {
-		return fmt.Errorf("open the object record: %w", err)
-	}
-	defer m.Close()
-	if err := m.Update(uint32(0), o[:], ebpf.UpdateExist); err != nil {
-		return fmt.Errorf("update the object record %s: %w", path, err)
-	}
-	return nil
+	return UpdateRecord(path, objectMapName, objectSize, o[:])
 }
