@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -227,6 +226,32 @@ func (e *daemonEnv) netnsDefault(t *testing.T) string {
 	return def
 }
 
+// watchRegistered reads tcp_available_congestion_control every
+// millisecond until the returned function is called, which returns how
+// many reads lacked name.
+func watchRegistered(name string) (missed func() int) {
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			if !registered(name) {
+				n++
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-done
+	}
+}
+
 func registered(name string) bool {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
 	return err == nil && strings.Contains(" "+strings.TrimSpace(string(b))+" ", " "+name+" ")
@@ -341,33 +366,14 @@ clock:
 
 	// Restart: nothing may leave tcp_available_congestion_control, and
 	// the new daemon registers nothing again.
-	stopWatch := make(chan struct{})
-	var missing int
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stopWatch:
-				return
-			default:
-			}
-			if !registered("theta_powertcp") {
-				missing++
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	missed := watchRegistered("theta_powertcp")
 	d.stop(t)
 	if !registered("theta_powertcp") {
 		t.Fatal("theta_powertcp left the kernel when the daemon stopped")
 	}
 	d2 := e.startDaemon(t)
 	e.waitReady(t, d2)
-	close(stopWatch)
-	wg.Wait()
-	if missing > 0 {
+	if missing := missed(); missing > 0 {
 		t.Errorf("theta_powertcp was missing from tcp_available_congestion_control %d times across the restart", missing)
 	}
 	if strings.Contains(d2.log.String(), "reconcile: attach") {
@@ -380,29 +386,11 @@ clock:
 	// A newer build (the DaemonSet rolled a new image): the CC, the INT
 	// sockops program and the hop are swapped in place, and the CC's name
 	// never leaves the kernel.
-	stopWatch = make(chan struct{})
-	missing = 0
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stopWatch:
-				return
-			default:
-			}
-			if !registered("theta_powertcp") {
-				missing++
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	missed = watchRegistered("theta_powertcp")
 	d2.stop(t)
 	up := e.startDaemon(t, "--build-version", "7")
 	e.waitReady(t, up)
-	close(stopWatch)
-	wg.Wait()
-	if missing > 0 && slices.Contains(testutil.Registrations(t), kernel.RegLink) {
+	if missing := missed(); missing > 0 && slices.Contains(testutil.Registrations(t), kernel.RegLink) {
 		t.Errorf("theta_powertcp was missing %d times across the upgrade, on a kernel with struct_ops links", missing)
 	}
 	for _, want := range []string{"reconcile: upgrade theta_powertcp",
