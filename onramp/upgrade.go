@@ -58,28 +58,6 @@ func (o *OnRamp) upgradeAvailable(k pin.IfaceKey) bool {
 	return o.sockopsComplete() && !isCurrent(o.sockopsDir(), o.sockopsObject())
 }
 
-// openPinnedMaps opens the maps pinned in dir: names maps each pin's name
-// to the name of the map in the object. The caller closes them.
-func openPinnedMaps(dir string, names map[string]string) (map[string]*ebpf.Map, error) {
-	maps := map[string]*ebpf.Map{}
-	for pinName, name := range names {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName), nil)
-		if err != nil {
-			closeMaps(maps)
-			return nil, fmt.Errorf("open the pinned map %s: %w", filepath.Join(dir, pinName), err)
-		}
-		maps[name] = m
-	}
-	return maps, nil
-}
-
-// closeMaps closes every map of maps.
-func closeMaps(maps map[string]*ebpf.Map) {
-	for _, m := range maps {
-		m.Close()
-	}
-}
-
 // upgradeTC swaps this build's tc programs in for those of instance k, an
 // attached instance of the calling thread's network namespace, when they
 // are another build's. reattach says that the new build cannot use the
@@ -126,11 +104,11 @@ func (o *OnRamp) loadOnPinned(dir string) (*onrampObjects, error) {
 	for name := range (&onrampObjects{}).pinned() {
 		names[name] = name
 	}
-	maps, err := openPinnedMaps(dir, names)
+	maps, err := pin.OpenMaps(dir, names)
 	if err != nil {
 		return nil, err
 	}
-	defer closeMaps(maps)
+	defer pin.CloseMaps(maps)
 	clock, err := clocksync.DataPathMap(o.host)
 	if err != nil {
 		return nil, err
@@ -162,12 +140,12 @@ func (o *OnRamp) upgradeSockops() (notes []string, err error) {
 		return nil, nil
 	}
 	linkPath := filepath.Join(dir, pinLink)
-	maps, err := openPinnedMaps(dir, map[string]string{pinPeers4: onrampSockopsMapOnrampPeersV4,
+	maps, err := pin.OpenMaps(dir, map[string]string{pinPeers4: onrampSockopsMapOnrampPeersV4,
 		pinPeers6: onrampSockopsMapOnrampPeersV6, pinSockStats: onrampSockopsMapOnrampSockopsStats})
 	if err != nil {
 		return nil, err
 	}
-	defer closeMaps(maps)
+	defer pin.CloseMaps(maps)
 	lnk, err := link.LoadPinnedLink(linkPath, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open On-Ramp's sockops link: %w", err)

@@ -1,7 +1,6 @@
 package hop
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -109,11 +108,7 @@ func (l *Pins) upgradeHop(k pin.IfaceKey, cfg *Config, notes []string) (*Status,
 		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded INT hop object")
 	}
 	pinned, incompatible, err := l.pinnedMaps(dir, spec)
-	defer func() {
-		for _, m := range pinned {
-			m.Close()
-		}
-	}()
+	defer pin.CloseMaps(pinned)
 	if err != nil {
 		return nil, err
 	}
@@ -170,21 +165,14 @@ func (l *Pins) upgradeHop(k pin.IfaceKey, cfg *Config, notes []string) (*Status,
 // first error of a map that the new build cannot use; the maps opened
 // are returned either way.
 func (l *Pins) pinnedMaps(dir string, spec *ebpf.CollectionSpec) (maps map[string]*ebpf.Map, incompatible, err error) {
-	maps = map[string]*ebpf.Map{}
+	pins := map[string]string{}
 	for _, name := range []string{intHopMapHopConfig, intHopMapHopFlows, intHopMapHopQueue, intHopMapHopStats} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if err != nil {
-			return maps, nil, fmt.Errorf("open the INT hop's map %s: %w", name, err)
-		}
-		maps[name] = m
-		ms := spec.Maps[name]
-		if ms == nil {
-			incompatible = errors.Join(incompatible, fmt.Errorf("the new build has no map %s", name))
-		} else if err := ms.Compatible(m); err != nil {
-			incompatible = errors.Join(incompatible, fmt.Errorf("map %s: %w", name, err))
-		}
+		pins[name] = name
 	}
-	return maps, incompatible, nil
+	if maps, err = pin.OpenMaps(dir, pins); err != nil {
+		return nil, nil, fmt.Errorf("open the INT hop's maps: %w", err)
+	}
+	return maps, pin.Incompatible(spec, maps), nil
 }
 
 // reattach detaches the hop k and attaches this build afresh with cfg:

@@ -1,7 +1,6 @@
 package sockops
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -88,11 +87,7 @@ func (n *INT) upgrade(cfg *Config) ([]string, error) {
 		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded INT sockops object")
 	}
 	pinned, incompatible, err := n.pinnedMaps(spec)
-	defer func() {
-		for _, m := range pinned {
-			m.Close()
-		}
-	}()
+	defer pin.CloseMaps(pinned)
 	if err != nil {
 		return nil, err
 	}
@@ -128,22 +123,12 @@ func (n *INT) upgrade(cfg *Config) ([]string, error) {
 // checks each against its spec. incompatible is the first error of a map
 // that the new build cannot use; the maps opened are returned either way.
 func (n *INT) pinnedMaps(spec *ebpf.CollectionSpec) (maps map[string]*ebpf.Map, incompatible, err error) {
-	maps = map[string]*ebpf.Map{}
-	for name, p := range map[string]string{intSockopsMapIntConfig: pinConfig, intSockopsMapIntPeersV4: pinPeers4,
-		intSockopsMapIntPeersV6: pinPeers6, intSockopsMapIntStats: pinStats} {
-		m, err := n.loadPinned(p)
-		if err != nil {
-			return maps, nil, err
-		}
-		maps[name] = m
-		ms := spec.Maps[name]
-		if ms == nil {
-			incompatible = errors.Join(incompatible, fmt.Errorf("the new build has no map %s", name))
-		} else if err := ms.Compatible(m); err != nil {
-			incompatible = errors.Join(incompatible, fmt.Errorf("map %s: %w", name, err))
-		}
+	maps, err = pin.OpenMaps(n.dir(), map[string]string{pinConfig: intSockopsMapIntConfig, pinPeers4: intSockopsMapIntPeersV4,
+		pinPeers6: intSockopsMapIntPeersV6, pinStats: intSockopsMapIntStats})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open INT's maps: %w", err)
 	}
-	return maps, incompatible, nil
+	return maps, pin.Incompatible(spec, maps), nil
 }
 
 // reenable disables INT and enables it again with cfg, or with the
