@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -502,15 +501,7 @@ func checkFlows(t *testing.T, cc string) {
 // selects cc with setsockopt, and returns the CC the socket runs at the
 // end.
 func loopbackFlow(cc string, n int) (string, error) {
-	setCC := func(_, _ string, raw syscall.RawConn) error {
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}
+	setCC := testbed.SetCC(cc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ln, err := (&net.ListenConfig{Control: setCC}).Listen(ctx, "tcp4", "127.0.0.1:0")

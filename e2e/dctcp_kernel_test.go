@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -365,18 +364,7 @@ type receiverResult struct {
 // listener is closed when the connection ends or the test does.
 func startCCReceiver(t *testing.T, h *testbed.Host, addr netip.Addr, cc string) *ccReceiver {
 	t.Helper()
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return fmt.Errorf("set TCP_CONGESTION %s on the listener: %w", cc, serr)
-		}
-		return nil
-	}}
+	lc := net.ListenConfig{Control: testbed.SetCC(cc)}
 	var ln *net.TCPListener
 	if err := h.Do(func() error {
 		l, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(addr, 0).String())

@@ -244,13 +244,7 @@ func dialCC(t testing.TB, h *testbed.Host, addr string, cc string) *net.TCPConn 
 	t.Helper()
 	var conn *net.TCPConn
 	if err := h.Do(func() error {
-		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			rc.Control(func(fd uintptr) {
-				serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-			})
-			return serr
-		}}
+		d := net.Dialer{Timeout: 5 * time.Second, Control: testbed.SetCC(cc)}
 		c, err := d.Dial("tcp", addr)
 		if err == nil {
 			conn = c.(*net.TCPConn)

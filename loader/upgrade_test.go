@@ -47,13 +47,7 @@ func newSink(t *testing.T) *sink {
 	t.Helper()
 	// The listener runs cubic, and so do the sockets it accepts: only the
 	// dialling ends run the CC under test.
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "cubic")
-		})
-		return serr
-	}}
+	lc := net.ListenConfig{Control: testbed.SetCC("cubic")}
 	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,14 +81,7 @@ func newSink(t *testing.T) *sink {
 // default when cc is "".
 func (s *sink) dial(t *testing.T, cc string) *net.TCPConn {
 	t.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		if cc == "" {
-			return nil
-		}
-		var serr error
-		rc.Control(func(fd uintptr) { serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc) })
-		return serr
-	}}
+	d := net.Dialer{Timeout: 5 * time.Second, Control: testbed.SetCC(cc)}
 	c, err := d.Dial("tcp4", s.ln.Addr().String())
 	if err != nil {
 		t.Fatalf("dial with cc %q: %v", cc, err)

@@ -15,12 +15,10 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/clocksync"
 	"github.com/ccload/ccload/internal/kernel"
@@ -107,20 +105,6 @@ func attachHop(t testing.TB, h kernel.Host, th *testbed.Host, iface string) {
 	})
 }
 
-// setCC sets the congestion control of a socket before it connects or
-// listens.
-func setCC(cc string) func(_, _ string, raw syscall.RawConn) error {
-	return func(_, _ string, raw syscall.RawConn) error {
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}
-}
-
 // openFlow sends n bytes from p.A to p.B over one connection whose both
 // ends use cc, and returns once p.B has read them all, with both sockets
 // still open (the sender half-closed): the CC still counts them. They
@@ -129,7 +113,7 @@ func openFlow(t testing.TB, p *testbed.Pair, cc string, n int64) {
 	t.Helper()
 	var ln net.Listener
 	if err := p.B.Do(func() (err error) {
-		lc := net.ListenConfig{Control: setCC(cc)}
+		lc := net.ListenConfig{Control: testbed.SetCC(cc)}
 		ln, err = lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(p.B.Addr, 0).String())
 		return err
 	}); err != nil {
@@ -155,7 +139,7 @@ func openFlow(t testing.TB, p *testbed.Pair, cc string, n int64) {
 
 	var conn net.Conn
 	if err := p.A.Do(func() (err error) {
-		d := net.Dialer{Timeout: ioTimeout, Control: setCC(cc)}
+		d := net.Dialer{Timeout: ioTimeout, Control: testbed.SetCC(cc)}
 		conn, err = d.Dial("tcp", ln.Addr().String())
 		return err
 	}); err != nil {

@@ -349,9 +349,10 @@ func awaitConnect(ctx context.Context, conn *net.TCPConn) error {
 	return connErr
 }
 
-// setCC returns a socket control function that sets congestion control cc
-// before bind or connect, or does nothing when cc is "".
-func setCC(cc string) func(_, _ string, raw syscall.RawConn) error {
+// SetCC returns a socket control function (net.Dialer.Control,
+// net.ListenConfig.Control) that sets congestion control cc, with
+// TCP_CONGESTION, before bind or connect, or does nothing when cc is "".
+func SetCC(cc string) func(_, _ string, raw syscall.RawConn) error {
 	return func(_, _ string, raw syscall.RawConn) error {
 		return controlErr(raw, func(fd int) error { return setCCFd(fd, cc) })
 	}

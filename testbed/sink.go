@@ -104,7 +104,7 @@ func StartSinkCC(host *Host, addr netip.AddrPort, cc string) (*Sink, error) {
 	var ln net.Listener
 	err := host.Do(func() error {
 		var err error
-		ln, err = (&net.ListenConfig{Control: setCC(cc)}).Listen(context.Background(), network, addr.String())
+		ln, err = (&net.ListenConfig{Control: SetCC(cc)}).Listen(context.Background(), network, addr.String())
 		return err
 	})
 	if err != nil {
