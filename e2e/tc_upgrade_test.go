@@ -10,7 +10,6 @@ package e2e
 // done: the pins record the binary's build.
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -21,8 +20,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	tc "github.com/florianl/go-tc"
-	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
@@ -228,23 +225,17 @@ func (e *killEnv) checkHopSides(t *testing.T, clsact bool) []string {
 		if err != nil {
 			return err
 		}
-		nl, err := tc.Open(&tc.Config{})
-		if err != nil {
-			return err
-		}
-		defer nl.Close()
 		for _, side := range []struct {
-			dir    qdisc.Direction
-			parent uint32
-			prog   string
-		}{{qdisc.Egress, 0xfffffff3, "int_hop"}, {qdisc.Ingress, 0xfffffff2, "int_hop_ack"}} {
-			fs, err := nl.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(ifi.Index), Parent: side.parent})
-			if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			dir  qdisc.Direction
+			prog string
+		}{{qdisc.Egress, "int_hop"}, {qdisc.Ingress, "int_hop_ack"}} {
+			fs, err := qdisc.Filters(e.iface, side.dir)
+			if err != nil {
 				return err
 			}
 			n := 0
 			for _, f := range fs {
-				if f.Kind == "bpf" && f.BPF != nil && f.BPF.Name != nil && *f.BPF.Name == side.prog {
+				if f.Name == side.prog {
 					n++
 				}
 			}

@@ -359,3 +359,39 @@ func (d *netdev) deleteFiltersOf(dir Direction, id ebpf.ProgramID) (int, error) 
 	}
 	return len(fs), d.removeEmptyClsact()
 }
+
+// Filter is a cls_bpf filter on one side of an interface's clsact qdisc.
+type Filter struct {
+	Prio      uint16
+	Handle    uint32
+	ProgramID ebpf.ProgramID
+	Name      string // the program's name, as the kernel reports it
+}
+
+// Filters lists the cls_bpf filters on side dir of iface's clsact qdisc,
+// in the calling thread's network namespace: none when iface has no
+// clsact qdisc. Tests and status read them to tell which program a side
+// runs, and by which filter.
+func Filters(iface string, dir Direction) ([]Filter, error) {
+	dev, err := openNetdev(iface)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.close()
+	fs, err := dev.bpfFilters(dir, func(*tc.Bpf, uint16) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	var out []Filter
+	for _, f := range fs {
+		flt := Filter{Prio: uint16(f.Info >> 16), Handle: f.Handle}
+		if f.BPF.ID != nil {
+			flt.ProgramID = ebpf.ProgramID(*f.BPF.ID)
+		}
+		if f.BPF.Name != nil {
+			flt.Name = *f.BPF.Name
+		}
+		out = append(out, flt)
+	}
+	return out, nil
+}

@@ -93,14 +93,12 @@ func readTCEgress(t testing.TB, h *testbed.Host, iface string) tcEgress {
 		if !s.Clsact {
 			return nil
 		}
-		fs, err := nl.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(ifi.Index), Parent: 0xfffffff3})
+		fs, err := qdisc.Filters(iface, qdisc.Egress)
 		if err != nil {
 			return err
 		}
 		for _, f := range fs {
-			if f.BPF != nil && f.BPF.ID != nil {
-				s.Filters = append(s.Filters, *f.BPF.ID)
-			}
+			s.Filters = append(s.Filters, uint32(f.ProgramID))
 		}
 		return nil
 	})

@@ -66,26 +66,13 @@ func readSide(t testing.TB, h *testbed.Host, iface, pinDir string, dir qdisc.Dir
 			s.Link = li.ID
 			return nil
 		}
-		ifi, err := qdisc.LookupInterface(iface)
-		if err != nil || ifi == nil {
-			return errors.Join(err, errors.New("no such interface"))
-		}
-		nl, err := tc.Open(&tc.Config{})
-		if err != nil {
-			return err
-		}
-		defer nl.Close()
-		parent := uint32(0xfffffff3)
-		if dir == qdisc.Ingress {
-			parent = 0xfffffff2
-		}
-		fs, err := nl.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(ifi.Index), Parent: parent})
+		fs, err := qdisc.Filters(iface, dir)
 		if err != nil {
 			return err
 		}
 		for _, f := range fs {
-			if f.BPF != nil && f.BPF.ID != nil && ebpf.ProgramID(*f.BPF.ID) == s.Prog {
-				s.Filter = fmt.Sprintf("pref %d handle %#x", f.Info>>16, f.Handle)
+			if f.ProgramID == s.Prog {
+				s.Filter = fmt.Sprintf("pref %d handle %#x", f.Prio, f.Handle)
 			}
 		}
 		if s.Filter == "" {
