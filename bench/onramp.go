@@ -53,9 +53,15 @@ const ScenarioOnRamp = "onramp"
 const (
 	DefaultOnRampRateBps = 100_000_000
 	// DefaultOnRampBufferBytes holds one incast's initial windows (16
-	// new connections of 10 segments: 232 KB) on an empty queue, 21 ms
-	// at 100 Mbit/s.
-	DefaultOnRampBufferBytes = 256 << 10
+	// new connections of 10 segments: 232 KB) four times over, 84 ms at
+	// 100 Mbit/s. A datacenter switch's buffer holds them many times (the
+	// On-Ramp paper's CloudLab ToRs: 9 MB, 15 times its 40 initial
+	// windows). 256 KiB, the default before, held them once, and only on
+	// an empty queue: every incast that met any standing queue lost
+	// packets of its first windows, which no pause at the sender can hold
+	// back, since a new connection sends its first window before its
+	// first echo (docs/benchmarks.md, On-Ramp).
+	DefaultOnRampBufferBytes = 1 << 20
 	// DefaultOnRampECNBytes is DCTCP's K: 1.6 ms at 100 Mbit/s, under T,
 	// so that DCTCP keeps its queue below On-Ramp's threshold and On-Ramp
 	// acts on transients only.
