@@ -86,6 +86,12 @@ type Config struct {
 	// (MeasureControlPlane).
 	ControlPlaneExe  string
 	ControlPlaneRuns int
+	// KeepCPUsAwake runs one SCHED_IDLE spinner per CPU (SpinExe spin)
+	// while the CCs run, so that the per-ACK costs are those of CPUs that
+	// never halt (awake.go). The CPU column then counts the spinners too.
+	KeepCPUsAwake bool
+	// SpinExe is the ccload executable that runs the spinners.
+	SpinExe string
 }
 
 // Defaults of Config, used where a field is zero.
@@ -222,6 +228,9 @@ func (c Config) validate() error {
 	}
 	if c.ControlPlaneExe != "" && (c.ControlPlaneRuns < 1 || c.ControlPlaneRuns > MaxControlPlaneRuns) {
 		errs = append(errs, fmt.Errorf("control-plane runs %d: give 1 to %d", c.ControlPlaneRuns, MaxControlPlaneRuns))
+	}
+	if c.KeepCPUsAwake && c.SpinExe == "" {
+		errs = append(errs, errors.New("keep CPUs awake: no ccload executable to run the spinners"))
 	}
 	if c.Repeat < 1 || c.Repeat > MaxRepeat {
 		errs = append(errs, fmt.Errorf("repeat %d: give 1 to %d", c.Repeat, MaxRepeat))

@@ -34,9 +34,13 @@ func (r *Report) Table(w io.Writer) error {
 		}
 		marking = fmt.Sprintf(", CE above %d KB by %s", t.ECNThresholdBytes/1000, by)
 	}
-	fmt.Fprintf(w, "%s: %s bottleneck, %d KiB buffer%s, base RTT %.0fus, %v per CC%s, %s, kernel %s\n",
+	awake := ""
+	if res.Machine.CPUsKeptAwake {
+		awake = ", CPUs kept awake (a SCHED_IDLE spinner on each; cpu % counts them)"
+	}
+	fmt.Fprintf(w, "%s: %s bottleneck, %d KiB buffer%s, base RTT %.0fus, %v per CC%s, %s, kernel %s%s\n",
 		res.Scenario, formatRate(float64(res.Topology.RateBps)), res.Topology.BufferBytes>>10, marking, res.Topology.BaseRTTMicros,
-		time.Duration(res.Workload.DurationSeconds*float64(time.Second)), repeats, workloadText(res.Workload), res.Machine.Kernel)
+		time.Duration(res.Workload.DurationSeconds*float64(time.Second)), repeats, workloadText(res.Workload), res.Machine.Kernel, awake)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	head := []string{"cc", "ran as", "Mbit/s", "util %", "queue KB p50", "p99", "max", "INT q p99", "drops", "retrans"}
 	fctBuckets := r.fctColumns()

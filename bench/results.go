@@ -51,6 +51,10 @@ type Machine struct {
 	Kernel string `json:"kernel"`
 	CPUs   int    `json:"cpus"`
 	CPU    string `json:"cpu_model,omitempty"`
+	// CPUsKeptAwake says the CCs ran with a SCHED_IDLE spinner on every
+	// CPU (--keep-cpus-awake): no CPU halted, and cpu_busy counts the
+	// spinners.
+	CPUsKeptAwake bool `json:"cpus_kept_awake,omitempty"`
 }
 
 // Topology is the emulated network of a run.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -145,12 +146,21 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		}
 	}
 
+	if cfg.KeepCPUsAwake {
+		stop, err := keepCPUsAwake(cfg.SpinExe, runtime.NumCPU())
+		if err != nil {
+			return nil, fmt.Errorf("keep the CPUs awake: %w", err)
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+		r.say("keeping %d CPUs awake: one SCHED_IDLE spinner each (the cpu %% column counts them)", runtime.NumCPU())
+	}
+
 	rep := &Report{Config: cfg, Results: Results{
 		Schema:   SchemaID,
 		Scenario: cfg.Scenario,
 		Command:  strings.Join(os.Args, " "),
 		Started:  time.Now().UTC().Round(time.Second),
-		Machine:  machine(),
+		Machine:  machine(cfg.KeepCPUsAwake),
 		Topology: Topology{Kind: "dumbbell", Senders: cfg.senderCount(), RateBps: cfg.RateBps, BufferBytes: cfg.BufferBytes,
 			ECNThresholdBytes: cfg.ECNThresholdBytes, ECNMarker: cfg.Marker, ACKPadding: cfg.ACKPadding,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},

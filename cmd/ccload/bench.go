@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -86,7 +89,7 @@ Scenarios:
              FCTs, the long flow's throughput, the queue and On-Ramp's
              pauses, and the ratios without/with. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
-             256KiB, --ecn-threshold 20KB, 15s per run, queue sampled every
+             1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
              1ms; --quick: 8 servers, 2 background senders. It needs
              sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
 
@@ -123,6 +126,9 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				_, err := a.out.Write(schema)
 				return err
 			}
+			if cfg.KeepCPUsAwake && (scenario == bench.ScenarioClock || scenario == bench.ScenarioOnRamp) {
+				return usage(c, fmt.Errorf("--keep-cpus-awake: for the CC scenarios (longflow, incast, websearch, fairness, all), not --scenario %s", scenario))
+			}
 			if scenario == bench.ScenarioClock {
 				clockCfg.Duration, clockCfg.Quick, clockCfg.Seed = cfg.Duration, cfg.Quick, cfg.Seed
 				clockCfg.Command = strings.Join(os.Args, " ")
@@ -139,6 +145,13 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				return benchInputError(c, err)
 			}
 			cfg.CCs = ccs
+			if cfg.KeepCPUsAwake {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("find ccload's executable to run the spinners of --keep-cpus-awake: %w", err)
+				}
+				cfg.SpinExe = exe
+			}
 			if controlRuns > 0 {
 				exe, err := os.Executable()
 				if err != nil {
@@ -206,6 +219,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
+	f.BoolVar(&cfg.KeepCPUsAwake, "keep-cpus-awake", false, "run a SCHED_IDLE spinner on every CPU while the CCs run, so that no CPU halts between ACKs: per-ACK costs as on a busy server rather than an idle VM (the cpu % column then counts the spinners)")
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
 	f.Bool("schema", false, "print the JSON Schema of results.json and exit (with --scenario clock or onramp: of that scenario's)")
 	return c
@@ -360,4 +374,27 @@ func (a *app) benchParts() (*loader.Loader, *sockops.INT, func(), error) {
 		opts = append(opts, loader.WithRegistration(kernel.RegLegacy))
 	}
 	return loader.New(h, opts...), in, func() { _ = os.RemoveAll(h.BPFFS) }, nil
+}
+
+// newSpinCmd is the hidden `ccload spin --cpu N`: one spinner of
+// `bench --keep-cpus-awake`, which starts one per CPU and kills them when
+// it is done (bench.Spin).
+func newSpinCmd() *cobra.Command {
+	var cpu int
+	c := &cobra.Command{
+		Use:    bench.SpinCommand + " --cpu N",
+		Short:  "Keep CPU N busy at SCHED_IDLE until killed (used by ccload bench --keep-cpus-awake)",
+		Hidden: true,
+		Args:   exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if cpu < 0 || cpu >= runtime.NumCPU() {
+				return usage(c, fmt.Errorf("--cpu %d: give 0 to %d", cpu, runtime.NumCPU()-1))
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.Spin(ctx, cpu)
+		},
+	}
+	c.Flags().IntVar(&cpu, "cpu", -1, "the CPU to keep busy")
+	return c
 }

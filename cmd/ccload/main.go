@@ -159,7 +159,7 @@ ccload exits, until 'ccload detach'.`,
 	})
 	root.AddCommand(newListCmd(a), newStatusCmd(a), newAttachCmd(a), newSetCmd(a),
 		newDetachCmd(a), newINTCmd(a), newClockCmd(a), newOnRampCmd(a), newTraceCmd(a), newDemoCmd(a), newBenchCmd(a), newVersionCmd(a),
-		newDaemonCmd(a), newResetCmd(a))
+		newDaemonCmd(a), newResetCmd(a), newSpinCmd())
 	lockCommands(root, a)
 	return root
 }
