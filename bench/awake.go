@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,13 @@ func SpinArgs(cpu int) []string { return []string{SpinCommand, "--cpu", strconv.
 // spinner process. It returns an error if it cannot pin itself to cpu or
 // lower its policy, so that it never spins at normal priority.
 func Spin(ctx context.Context, cpu int) error {
+	allowed, err := allowedCPUs()
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(allowed, cpu) {
+		return fmt.Errorf("CPU %d is not one this process may run on (%v)", cpu, allowed)
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var set unix.CPUSet
@@ -64,7 +72,26 @@ func Spin(ctx context.Context, cpu int) error {
 // report that it runs at SCHED_IDLE.
 const spinnerStartWait = 5 * time.Second
 
-// keepCPUsAwake starts one spinner (exe spin --cpu N) per CPU and returns
+// allowedCPUs are the CPUs this process may run on, in order: the ones
+// to keep awake (a container's cpuset may leave out some of the host's).
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("read the CPUs this process may run on: %w", err)
+	}
+	var cpus []int
+	for cpu := range len(set) * 64 {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, errors.New("this process may run on no CPU")
+	}
+	return cpus, nil
+}
+
+// keepCPUsAwake starts one spinner (exe spin --cpu N) on each of cpus and returns
 // a function that stops them all, and fails if one of them died before
 // it. It checks that each one runs at SCHED_IDLE before it returns; on any
 // failure it stops those it started. The spinners die with the bench if
@@ -72,7 +99,7 @@ const spinnerStartWait = 5 * time.Second
 // a child exits, and the Go runtime ends threads of its own accord (the
 // netns code ends the ones it cannot switch back), so the spinners are
 // started from a thread locked to a goroutine that lives until stop.
-func keepCPUsAwake(exe string, cpus int) (stop func() error, err error) {
+func keepCPUsAwake(exe string, cpus []int) (stop func() error, err error) {
 	started := make(chan error, 1)
 	stopping := make(chan chan error)
 	go func() {
@@ -103,9 +130,9 @@ func keepCPUsAwake(exe string, cpus int) (stop func() error, err error) {
 
 // startSpinners starts the spinners and waits until each spins at
 // SCHED_IDLE; on failure it stops those it started.
-func startSpinners(exe string, cpus int) ([]*exec.Cmd, error) {
+func startSpinners(exe string, cpus []int) ([]*exec.Cmd, error) {
 	var cmds []*exec.Cmd
-	for cpu := range cpus {
+	for _, cpu := range cpus {
 		c := exec.Command(exe, SpinArgs(cpu)...)
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		c.Stderr = os.Stderr
@@ -114,9 +141,9 @@ func startSpinners(exe string, cpus int) ([]*exec.Cmd, error) {
 		}
 		cmds = append(cmds, c)
 	}
-	for cpu, c := range cmds {
+	for i, c := range cmds {
 		if err := waitIdlePolicy(c); err != nil {
-			return nil, errors.Join(fmt.Errorf("spinner for CPU %d: %w", cpu, err), stopSpinners(cmds))
+			return nil, errors.Join(fmt.Errorf("spinner for CPU %d: %w", cpus[i], err), stopSpinners(cmds))
 		}
 	}
 	return cmds, nil
@@ -126,12 +153,12 @@ func startSpinners(exe string, cpus int) ([]*exec.Cmd, error) {
 // exited before: the CPUs were then not all kept awake to the end.
 func stopSpinners(cmds []*exec.Cmd) error {
 	var errs []error
-	for cpu, c := range cmds {
+	for _, c := range cmds {
 		if exited(c.Process.Pid) {
-			errs = append(errs, fmt.Errorf("the spinner for CPU %d (process %d) exited before the bench was done: its CPU was not kept awake to the end", cpu, c.Process.Pid))
+			errs = append(errs, fmt.Errorf("the spinner %q (process %d) exited before the bench was done: its CPU was not kept awake to the end", strings.Join(c.Args[1:], " "), c.Process.Pid))
 		}
 		if err := c.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			errs = append(errs, fmt.Errorf("stop the spinner for CPU %d: %w", cpu, err))
+			errs = append(errs, fmt.Errorf("stop the spinner %q (process %d): %w", strings.Join(c.Args[1:], " "), c.Process.Pid, err))
 		}
 		_ = c.Wait() // killed: its exit status says only that
 	}

@@ -11,7 +11,7 @@ import (
 // A spinner executable that exits at once is refused by name, and nothing
 // is left running.
 func TestKeepCPUsAwakeSpinnerExits(t *testing.T) {
-	stop, err := keepCPUsAwake("/bin/true", 2)
+	stop, err := keepCPUsAwake("/bin/true", []int{0, 1})
 	if err == nil {
 		_ = stop()
 		t.Fatal("keepCPUsAwake with /bin/true as the spinner succeeded")

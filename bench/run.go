@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -147,12 +146,16 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	}
 
 	if cfg.KeepCPUsAwake {
-		stop, err := keepCPUsAwake(cfg.SpinExe, runtime.NumCPU())
-		if err != nil {
-			return nil, fmt.Errorf("keep the CPUs awake: %w", err)
+		cpus, awakeErr := allowedCPUs()
+		if awakeErr != nil {
+			return nil, fmt.Errorf("keep the CPUs awake: %w", awakeErr)
 		}
-		defer func() { err = errors.Join(err, stop()) }()
-		r.say("keeping %d CPUs awake: one SCHED_IDLE spinner each (the cpu %% column counts them)", runtime.NumCPU())
+		stopSpinners, awakeErr := keepCPUsAwake(cfg.SpinExe, cpus)
+		if awakeErr != nil {
+			return nil, fmt.Errorf("keep the CPUs awake: %w", awakeErr)
+		}
+		defer func() { err = errors.Join(err, stopSpinners()) }()
+		r.say("keeping %d CPUs awake: one SCHED_IDLE spinner each (the cpu %% column counts them)", len(cpus))
 	}
 
 	rep := &Report{Config: cfg, Results: Results{

@@ -50,10 +50,12 @@ func (a *app) int() *sockops.INT { return sockops.New(a.host) }
 // hops returns the pinned INT hops.
 func (a *app) hops() *hop.Pins { return hop.NewPins(a.host) }
 
-// runContext is the context of a long-running command: it ends on Ctrl-C
-// or SIGTERM, and after d when d > 0.
+// runContext is the context of a long-running command: it ends on Ctrl-C,
+// SIGTERM or a write to a closed pipe, and after d when d > 0.
 func runContext(c *cobra.Command, d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+	// SIGPIPE: `ccload bench | head` must end the run and clean up its
+	// netns and pins, not die on its next line of progress.
+	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	if d <= 0 {
 		return ctx, stop
 	}
