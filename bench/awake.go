@@ -48,8 +48,9 @@ func Spin(ctx context.Context, cpu int) error {
 	if !slices.Contains(allowed, cpu) {
 		return fmt.Errorf("CPU %d is not one this process may run on (%v)", cpu, allowed)
 	}
+	// The thread stays locked when Spin returns: its policy and CPU must
+	// not pass to other goroutines (the process exits right after).
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var set unix.CPUSet
 	set.Set(cpu)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
