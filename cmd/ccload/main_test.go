@@ -58,6 +58,11 @@ func TestUsageAndInputErrors(t *testing.T) {
 		{args: []string{"int", "enable", "--bogus"}, code: 2, stderr: []string{"unknown flag", "Run 'ccload int enable --help'"}},
 		{args: []string{"int", "status", "extra"}, code: 2, stderr: []string{"Run 'ccload int status --help'"}},
 		{args: []string{"--bogus"}, code: 2, stderr: []string{"Run 'ccload --help'"}},
+		// bench --keep-cpus-awake and its spinners.
+		{args: []string{"spin"}, code: 2, stderr: []string{"--cpu -1", "give a CPU"}},
+		{args: []string{"spin", "--cpu", "100000"}, code: 1, stderr: []string{"CPU 100000 is not one this process may run on"}},
+		{args: []string{"bench", "--scenario", "onramp", "--keep-cpus-awake"}, code: 2, stderr: []string{"--keep-cpus-awake", "not --scenario onramp"}},
+		{args: []string{"bench", "--scenario", "clock", "--keep-cpus-awake"}, code: 2, stderr: []string{"--keep-cpus-awake", "not --scenario clock"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
