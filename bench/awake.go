@@ -138,13 +138,13 @@ func startSpinners(exe string, cpus []int) ([]*exec.Cmd, error) {
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		c.Stderr = os.Stderr
 		if err := c.Start(); err != nil {
-			return nil, errors.Join(fmt.Errorf("start the spinner for CPU %d (%s): %w", cpu, exe, err), stopSpinners(cmds))
+			return nil, errors.Join(fmt.Errorf("start the spinner for CPU %d (%s): %w", cpu, exe, err), killSpinners(cmds))
 		}
 		cmds = append(cmds, c)
 	}
 	for i, c := range cmds {
 		if err := waitIdlePolicy(c); err != nil {
-			return nil, errors.Join(fmt.Errorf("spinner for CPU %d: %w", cpus[i], err), stopSpinners(cmds))
+			return nil, errors.Join(fmt.Errorf("spinner for CPU %d: %w", cpus[i], err), killSpinners(cmds))
 		}
 	}
 	return cmds, nil
@@ -158,6 +158,14 @@ func stopSpinners(cmds []*exec.Cmd) error {
 		if exited(c.Process.Pid) {
 			errs = append(errs, fmt.Errorf("the spinner %q (process %d) exited before the bench was done: its CPU was not kept awake to the end", strings.Join(c.Args[1:], " "), c.Process.Pid))
 		}
+	}
+	return errors.Join(append(errs, killSpinners(cmds))...)
+}
+
+// killSpinners kills the spinners and reaps them.
+func killSpinners(cmds []*exec.Cmd) error {
+	var errs []error
+	for _, c := range cmds {
 		if err := c.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			errs = append(errs, fmt.Errorf("stop the spinner %q (process %d): %w", strings.Join(c.Args[1:], " "), c.Process.Pid, err))
 		}
@@ -173,6 +181,25 @@ func exited(pid int) bool {
 	return err != nil || !ok || strings.HasPrefix(after, "Z")
 }
 
+// SpinningThread is a thread of process pid that runs at SCHED_IDLE, as
+// a spinner's does once it spins; ok is false while there is none.
+func SpinningThread(pid int) (tid int, ok bool, err error) {
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, false, fmt.Errorf("read the threads of process %d: %w", pid, err)
+	}
+	for _, t := range tids {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
+			return tid, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
 // waitIdlePolicy waits until some thread of c's process runs at
 // SCHED_IDLE, or the process exits, or spinnerStartWait passes.
 func waitIdlePolicy(c *exec.Cmd) error {
@@ -181,18 +208,8 @@ func waitIdlePolicy(c *exec.Cmd) error {
 		if exited(c.Process.Pid) {
 			return fmt.Errorf("it exited before it spun (%s %s wrote why above)", c.Path, SpinCommand)
 		}
-		tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", c.Process.Pid))
-		if err != nil {
-			return fmt.Errorf("read its threads: %w", err)
-		}
-		for _, t := range tids {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil {
-				continue
-			}
-			if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
-				return nil
-			}
+		if _, ok, err := SpinningThread(c.Process.Pid); err != nil || ok {
+			return err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

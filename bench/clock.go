@@ -264,7 +264,7 @@ func RunClock(ctx context.Context, cfg ClockConfig, progress io.Writer) (*ClockR
 	clocks := benchClocks(len(hosts))
 	res := ClockResults{
 		Schema: ClockSchemaID, Scenario: ScenarioClock, Command: cfg.Command,
-		Started: time.Now().UTC(), Machine: machine(false), RateBps: cfg.RateBps,
+		Started: time.Now().UTC(), Machine: machine(), RateBps: cfg.RateBps,
 		Agents: len(hosts), WindowMs: float64(cfg.Window) / float64(time.Millisecond), ProbeRate: cfg.ProbeRate,
 	}
 	for i, h := range hosts {

@@ -211,8 +211,8 @@ func (t cpuTimes) busySince(before cpuTimes) float64 {
 }
 
 // machine describes this host.
-func machine(keptAwake bool) Machine {
-	m := Machine{CPUs: runtime.NumCPU(), CPUsKeptAwake: keptAwake}
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU()}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		m.Kernel = unix.ByteSliceToString(u.Release[:])

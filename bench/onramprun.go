@@ -296,7 +296,7 @@ func (r *onrampRunner) header() OnRampResults {
 	}
 	return OnRampResults{
 		Schema: OnRampSchemaID, Scenario: ScenarioOnRamp, Command: c.Command,
-		Started: time.Now().UTC().Round(time.Second), Machine: machine(false),
+		Started: time.Now().UTC().Round(time.Second), Machine: machine(),
 		Topology: OnRampTopology{Kind: "dumbbell", Servers: c.Fanout, BackgroundSenders: c.BackgroundSenders,
 			RateBps: c.RateBps, BufferBytes: c.BufferBytes, GSOBytes: c.GSOBytes, SenderQdisc: "fq",
 			ECNThresholdBytes: c.ECNThresholdBytes, ECNMarker: c.Marker,

@@ -158,12 +158,14 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		r.say("keeping %d CPUs awake: one SCHED_IDLE spinner each (the cpu %% column counts them)", len(cpus))
 	}
 
+	m := machine()
+	m.CPUsKeptAwake = cfg.KeepCPUsAwake
 	rep := &Report{Config: cfg, Results: Results{
 		Schema:   SchemaID,
 		Scenario: cfg.Scenario,
 		Command:  strings.Join(os.Args, " "),
 		Started:  time.Now().UTC().Round(time.Second),
-		Machine:  machine(cfg.KeepCPUsAwake),
+		Machine:  m,
 		Topology: Topology{Kind: "dumbbell", Senders: cfg.senderCount(), RateBps: cfg.RateBps, BufferBytes: cfg.BufferBytes,
 			ECNThresholdBytes: cfg.ECNThresholdBytes, ECNMarker: cfg.Marker, ACKPadding: cfg.ACKPadding,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},

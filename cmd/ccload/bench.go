@@ -144,19 +144,19 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				return benchInputError(c, err)
 			}
 			cfg.CCs = ccs
-			if cfg.KeepCPUsAwake {
+			if cfg.KeepCPUsAwake || controlRuns > 0 {
+				// The bench runs ccload itself: its spinners, and the
+				// commands it times.
 				exe, err := os.Executable()
 				if err != nil {
-					return fmt.Errorf("find ccload's executable to run the spinners of --keep-cpus-awake: %w", err)
+					return fmt.Errorf("find ccload's executable to time its commands and run the spinners of --keep-cpus-awake: %w (or pass --control-plane-runs 0 and leave out --keep-cpus-awake)", err)
 				}
-				cfg.SpinExe = exe
-			}
-			if controlRuns > 0 {
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("find ccload's executable to time its commands: %w (or pass --control-plane-runs 0)", err)
+				if cfg.KeepCPUsAwake {
+					cfg.SpinExe = exe
 				}
-				cfg.ControlPlaneExe, cfg.ControlPlaneRuns = exe, controlRuns
+				if controlRuns > 0 {
+					cfg.ControlPlaneExe, cfg.ControlPlaneRuns = exe, controlRuns
+				}
 			}
 			ctx, stop := runContext(c, 0)
 			defer stop()

@@ -36,28 +36,6 @@ func benchProcess(t *testing.T, args ...string) (string, *exec.Cmd) {
 	return bin, c
 }
 
-// spinThread is the thread of process pid that runs at SCHED_IDLE, and
-// the CPUs it may run on; ok is false while there is none.
-func spinThread(pid int) (cpus unix.CPUSet, ok bool) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return cpus, false
-	}
-	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
-		if err != nil {
-			continue
-		}
-		if attr, err := unix.SchedGetAttr(tid, 0); err != nil || attr.Policy != unix.SCHED_IDLE {
-			continue
-		}
-		if unix.SchedGetaffinity(tid, &cpus) == nil {
-			return cpus, true
-		}
-	}
-	return cpus, false
-}
-
 // TestSpin runs one spinner of `bench --keep-cpus-awake` as a process and
 // checks that it spins at SCHED_IDLE on the CPU it was given, and that it
 // stops on SIGTERM. It needs no privilege: any process may lower its own
@@ -81,7 +59,11 @@ func TestSpin(t *testing.T) {
 		ok   bool
 	)
 	for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); {
-		if cpus, ok = spinThread(c.Process.Pid); !ok {
+		tid, found, err := bench.SpinningThread(c.Process.Pid)
+		if err != nil {
+			t.Fatalf("find the spinning thread: %v; stderr:\n%s", err, stderr.String())
+		}
+		if ok = found && unix.SchedGetaffinity(tid, &cpus) == nil; !ok {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
