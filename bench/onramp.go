@@ -149,6 +149,12 @@ type OnRampConfig struct {
 	Threshold time.Duration
 	MaxPause  time.Duration
 	Gain      float64
+	// BPFCosts times every BPF program with the kernel's BPF statistics
+	// and records the programs' costs (OnRampRun.BPF) and On-Ramp's
+	// share of the CPUs (OnRampCounters.BPFBusy). Off by default: the
+	// statistics add two clock reads to every program run, which changes
+	// what the run measures (docs/benchmarks.md, On-Ramp).
+	BPFCosts bool
 	// SampleInterval is the bottleneck queue's sampling interval.
 	SampleInterval time.Duration
 	// Seed is the workload seed of the first repeat.

@@ -85,8 +85,11 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		r := OnRampRun{Requests: 10, RequestsCompleted: 10, RCTP50Us: rctUs / 2, RCTP99Us: rctUs, RCTMaxUs: rctUs,
 			LongFlowBps: longBps, KernelCCs: []string{"cubic"}, FCT: []FCTBucket{}, DurationMillis: 1000,
 			Responses: 160, BackgroundFlows: 3, SinkResults: 164}
+		r.BPF = []ProgramCost{{Program: "int_hop", Type: ProgramTC, Runs: 900, NsPerRun: 400}}
 		if on {
-			r.OnRamp = &OnRampCounters{Pauses: 5, PauseSeconds: 0.1, Interfaces: 3, Counters: map[string]uint64{"pauses": 5}}
+			busy := 0.004
+			r.OnRamp = &OnRampCounters{Pauses: 5, PauseSeconds: 0.1, Interfaces: 3, Counters: map[string]uint64{"pauses": 5}, BPFBusy: &busy}
+			r.BPF = append(r.BPF, ProgramCost{Program: "onramp_egress", Type: ProgramTC, Runs: 800, NsPerRun: 500})
 		}
 		return r
 	}
@@ -128,7 +131,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		Topology: OnRampTopology{Kind: "dumbbell", Servers: 16, BackgroundSenders: 4, RateBps: 1e8, BufferBytes: 1 << 18, GSOBytes: 8192, SenderQdisc: "fq", ECNMarker: MarkerHop},
 		Workload: OnRampWorkload{DurationSeconds: 1, Fanout: 16, ResponseBytes: 65536, IncastLoad: 0.2, RequestRate: 2.4, MaxRequests: 10,
 			BackgroundLoad: 0.4, LongFlows: 1, SampleMicros: 1000, Seed: 1},
-		OnRamp: OnRampSettings{ThresholdNs: 2e6, MaxPauseNs: 1e8, Gain: 1.0 / 16, Peers: []string{"198.18.0.0/15"}, Interfaces: 21},
+		OnRamp: OnRampSettings{ThresholdNs: 2e6, MaxPauseNs: 1e8, Gain: 1.0 / 16, Peers: []string{"198.18.0.0/15"}, Interfaces: 21, BPFStats: true},
 		Repeat: 1, Order: [][]string{{"cubic", "cubic+onramp"}}, Variants: variants, Comparisons: cmp,
 		Targets: OnRampTargets{RCTRatio: 3, RCTCC: "cubic", LongFlowLoss: 0.05, WorseMargin: 0.1}, Verdict: verdict,
 	}, rcts: [][]float64{rcts(100_000), rcts(25_000)}}
@@ -136,10 +139,19 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB"} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
+	}
+	noStats := *rep
+	noStats.Results.OnRamp.BPFStats = false
+	var plain bytes.Buffer
+	if err := noStats.Table(&plain); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain.String(), "On-Ramp BPF") {
+		t.Errorf("a run without BPF statistics has an On-Ramp BPF column:\n%s", plain.String())
 	}
 	dir := t.TempDir()
 	files, err := rep.Write(dir)
@@ -167,6 +179,61 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	}
 }
 
+// TestMergePrograms checks that programs of one name and type, which
+// On-Ramp loads once per interface, become one entry whose cost is the
+// mean over all their runs, and what share of the CPUs On-Ramp's
+// programs took.
+func TestMergePrograms(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []ProgramCost
+		want []ProgramCost
+		busy float64 // over 1 s on 2 CPUs
+	}{
+		{name: "none", in: nil, want: nil},
+		{
+			name: "one per interface",
+			in: []ProgramCost{
+				{Program: "onramp_egress", Type: ProgramTC, Runs: 1000, NsPerRun: 300},
+				{Program: "int_hop", Type: ProgramTC, Runs: 1500, NsPerRun: 200},
+				{Program: "onramp_egress", Type: ProgramTC, Runs: 3000, NsPerRun: 100},
+			},
+			want: []ProgramCost{
+				{Program: "onramp_egress", Type: ProgramTC, Runs: 4000, NsPerRun: 150},
+				{Program: "int_hop", Type: ProgramTC, Runs: 1500, NsPerRun: 200},
+			},
+			busy: 4000 * 150 / 2e9,
+		},
+		{
+			name: "same name, other type",
+			in: []ProgramCost{
+				{Program: "onramp_sockops", Type: ProgramSockOps, Runs: 10, NsPerRun: 1000},
+				{Program: "onramp_sockops", Type: ProgramTC, Runs: 20, NsPerRun: 500},
+				{Program: "bpf_dctcp", Type: ProgramStructOps, Runs: 5000, NsPerRun: 80},
+			},
+			want: []ProgramCost{
+				{Program: "bpf_dctcp", Type: ProgramStructOps, Runs: 5000, NsPerRun: 80},
+				{Program: "onramp_sockops", Type: ProgramTC, Runs: 20, NsPerRun: 500},
+				{Program: "onramp_sockops", Type: ProgramSockOps, Runs: 10, NsPerRun: 1000},
+			},
+			busy: (10*1000 + 20*500) / 2e9,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mergePrograms(tc.in)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("mergePrograms = %+v, want %+v", got, tc.want)
+			}
+			if b := onrampBPFBusy(got, time.Second, 2); math.Abs(b-tc.busy) > 1e-12 {
+				t.Errorf("onrampBPFBusy = %g, want %g", b, tc.busy)
+			}
+		})
+	}
+	if b := onrampBPFBusy([]ProgramCost{{Program: "onramp_egress", Runs: 1, NsPerRun: 1}}, 0, 2); b != 0 {
+		t.Errorf("onrampBPFBusy over no time = %g, want 0", b)
+	}
+}
+
 // TestOnRampScenarioQuick runs `ccload bench --scenario onramp --quick`
 // with cubic and bpf_dctcp (a kernel CC, and one of ccload's that needs
 // ECN: each CC costs two enables of On-Ramp, over a minute in a TCG
@@ -176,7 +243,8 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 // every byte intact; no figure is NaN or infinite (results.json would not
 // encode) and the file validates against its schema; the runs with
 // On-Ramp have its counters, with echoes and a clock offset for every
-// stamp and echo, and the runs without have none;
+// stamp and echo, and the costs of its three programs and their share of
+// the CPUs, and the runs without have none of these;
 // the plots exist; and nothing is left behind: no netns, no attached CC,
 // no On-Ramp pins. On a kernel without sch_fq it skips (it runs in the
 // vmtests guests).
@@ -193,7 +261,7 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	defer cancel()
 	var progress bytes.Buffer
 	ccs := []string{"cubic", "bpf_dctcp"}
-	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq"}, &progress)
+	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq", BPFCosts: true}, &progress)
 	t.Logf("progress:\n%s", progress.String())
 	if left, _ := filepath.Glob("/var/run/netns/cbq*"); len(left) > 0 {
 		t.Errorf("network namespaces left behind: %v", left)
@@ -244,6 +312,21 @@ func TestOnRampScenarioQuick(t *testing.T) {
 		if o := r.OnRamp; o != nil && (o.Interfaces != res.OnRamp.Interfaces || o.Counters["echoes"] == 0 || o.Counters["rx_stamps"] == 0 ||
 			o.Counters["no_clock"] > 0 || o.Counters["rx_no_clock"] > 0) {
 			t.Errorf("%s: On-Ramp on %d of %d interfaces, counters %v", v.Name, o.Interfaces, res.OnRamp.Interfaces, o.Counters)
+		}
+		var onrampProgs []string
+		for _, p := range r.BPF {
+			if strings.HasPrefix(p.Program, onrampProgramPrefix) {
+				onrampProgs = append(onrampProgs, p.Program)
+			}
+		}
+		slices.Sort(onrampProgs)
+		switch want := []string{"onramp_egress", "onramp_ingress", "onramp_sockops"}; {
+		case v.OnRamp && !slices.Equal(onrampProgs, want):
+			t.Errorf("%s: On-Ramp's programs that ran: %v, want %v (all programs: %+v)", v.Name, onrampProgs, want, r.BPF)
+		case !v.OnRamp && len(onrampProgs) > 0:
+			t.Errorf("%s: On-Ramp's programs ran without On-Ramp: %v", v.Name, onrampProgs)
+		case v.OnRamp && (r.OnRamp == nil || r.OnRamp.BPFBusy == nil || !(*r.OnRamp.BPFBusy > 0)):
+			t.Errorf("%s: no share of the CPUs for On-Ramp's programs: %+v", v.Name, r.OnRamp)
 		}
 		if v.CC == "bpf_dctcp" && !slices.Equal(v.KernelCCs, []string{"bpf_dctcp"}) {
 			t.Errorf("%s ran as %v: ECN was not negotiated", v.Name, v.KernelCCs)

@@ -50,7 +50,12 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	for _, b := range buckets {
 		head = append(head, "bg FCT p99 ms "+b)
 	}
-	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "pauses", "paused s", "failed")
+	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "pauses", "paused s", "cpu %")
+	costs := o.BPFStats
+	if costs {
+		head = append(head, "On-Ramp BPF %")
+	}
+	head = append(head, "failed")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, v := range res.Variants {
 		f := func(name string, format func(float64) string) string { return spreadCell(v.Figures, name, format) }
@@ -66,13 +71,18 @@ func (r *OnRampReport) Table(w io.Writer) error {
 				failed++
 			}
 		}
-		pauses, paused := "-", "-"
+		pauses, paused, orBPF := "-", "-", "-"
 		if v.OnRamp {
 			pauses, paused = f("pauses", scaled(1, "%.0f")), f("pause_seconds", scaled(1, "%.2f"))
+			orBPF = f("onramp_bpf_busy", scaled(100, "%.2f"))
 		}
 		row = append(row, f("long_flow_bps", scaled(1e-6, "%.1f")), f("utilization", scaled(100, "%.0f")),
 			f("queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")), f("retransmits", scaled(1, "%.0f")),
-			pauses, paused, fmt.Sprint(failed))
+			pauses, paused, f("cpu_busy", scaled(100, "%.0f")))
+		if costs {
+			row = append(row, orBPF)
+		}
+		row = append(row, fmt.Sprint(failed))
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
@@ -81,6 +91,11 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	fmt.Fprintln(w, "RCT: from a request's arrival to the kernel's timestamp of the ACK of its last response byte, over every run's requests pooled;")
 	fmt.Fprintln(w, "net: each request's slowest response alone, from its own connect (the RCT without the start lag: how late the emulation started the last response).")
 	fmt.Fprintln(w, "bg FCT: the web-search flows', pooled, nearest-rank p99 (with n flows); other figures: median over the runs (min-max).")
+	if costs {
+		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run; On-Ramp BPF: the share of them On-Ramp's programs ran (the kernel's BPF statistics, on for every program in every run: each run also reads the clock twice).")
+	} else {
+		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run.")
+	}
 	if res.Repeat > 1 {
 		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
 	}

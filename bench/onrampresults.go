@@ -100,6 +100,9 @@ type OnRampSettings struct {
 	// ClockErrorNs is the error the fixed clock offsets were published
 	// with (the hosts share one clock: every offset is 0).
 	ClockErrorNs uint32 `json:"clock_error_ns"`
+	// BPFStats says the runs timed every BPF program with the kernel's
+	// BPF statistics (OnRampConfig.BPFCosts).
+	BPFStats bool `json:"bpf_stats,omitempty"`
 }
 
 // OnRampVariant is one CC without or with On-Ramp, over every repeat.
@@ -206,6 +209,12 @@ type OnRampRun struct {
 	Retransmits    uint64  `json:"retransmits"`
 	CPUBusy        float64 `json:"cpu_busy"`
 	DurationMillis float64 `json:"duration_ms"`
+	// BPF is what ccload's kinds of BPF program (struct_ops CCs, sockops,
+	// tc) that ran during the run cost, from the kernel's BPF statistics,
+	// busiest first: the CC, the INT hop, and with On-Ramp its programs,
+	// each summed over the interfaces it runs on. Absent when the
+	// statistics could not be enabled.
+	BPF []ProgramCost `json:"bpf,omitempty"`
 	// OnRamp is On-Ramp's counters over the run; absent without it.
 	OnRamp *OnRampCounters `json:"onramp,omitempty"`
 }
@@ -224,6 +233,11 @@ type OnRampCounters struct {
 	OWDP99MaxNs int64             `json:"owd_p99_max_ns"`
 	Interfaces  int               `json:"interfaces"`
 	Counters    map[string]uint64 `json:"counters"`
+	// BPFBusy is the time On-Ramp's BPF programs ran over the run, every
+	// interface's summed, as a share of all the CPUs' time, comparable
+	// with OnRampRun.CPUBusy; each run includes the statistics' own two
+	// clock reads. Absent without the kernel's BPF statistics.
+	BPFBusy *float64 `json:"bpf_busy,omitempty"`
 }
 
 // OnRampComparison is one CC without On-Ramp against with it. A ratio is

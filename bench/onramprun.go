@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/ccload/ccload/bench/stats"
 	"github.com/ccload/ccload/bench/workload"
@@ -71,6 +74,9 @@ type onrampRunner struct {
 	// progsBefore is how many On-Ramp programs the kernel had before the
 	// bench enabled any: the check after each disable goes back to it.
 	progsBefore int
+	// costs reads the BPF programs' run time over each run; nil without
+	// OnRampConfig.BPFCosts.
+	costs *programCosts
 }
 
 // onrampPlace is an interface On-Ramp is enabled on in the runs with it.
@@ -108,6 +114,14 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 		runner: &runner{cfg: base, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{},
 			params: map[string]map[string]string{}, ecn: map[string]bool{}},
 		ocfg: cfg, or: onramp.New(pins), pins: pins,
+	}
+	if cfg.BPFCosts {
+		r.costs = newProgramCosts()
+		defer r.costs.close()
+		if r.costs.err != nil {
+			return nil, fmt.Errorf("enable the kernel's BPF statistics to time the BPF programs: %w (needs CAP_SYS_ADMIN and Linux 5.8)", r.costs.err)
+		}
+		r.say("BPF statistics on: every BPF program run also reads the clock twice")
 	}
 	for _, cc := range loader.Builtin() {
 		r.builtin[cc.Name] = cc
@@ -307,7 +321,7 @@ func (r *onrampRunner) header() OnRampResults {
 			BackgroundLoad: c.Load, BackgroundMaxBytes: bgMax, LongFlows: 1,
 			SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed},
 		OnRamp: OnRampSettings{ThresholdNs: uint64(c.Threshold), MaxPauseNs: uint64(c.MaxPause), Gain: c.Gain,
-			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs},
+			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts},
 		Repeat:  c.Repeat,
 		Targets: OnRampTargets{RCTRatio: OnRampTargetRCTRatio, RCTCC: OnRampTargetCC, LongFlowLoss: OnRampTargetLongFlowLoss, WorseMargin: onrampWorseMargin},
 	}
@@ -480,6 +494,45 @@ func (r *onrampRunner) onrampStatus() (*OnRampCounters, error) {
 	return out, nil
 }
 
+// onrampProgramPrefix starts the names of On-Ramp's BPF programs
+// (bpf/onramp.c, bpf/onramp_sockops.c).
+const onrampProgramPrefix = "onramp_"
+
+// mergePrograms sums the programs that share a name and a type (On-Ramp
+// loads its tc programs once per interface) into one entry, whose
+// NsPerRun is the mean over all their runs, busiest first.
+func mergePrograms(progs []ProgramCost) []ProgramCost {
+	var out []ProgramCost
+	for _, p := range progs {
+		i := slices.IndexFunc(out, func(o ProgramCost) bool { return o.Program == p.Program && o.Type == p.Type })
+		if i < 0 {
+			out = append(out, p)
+			continue
+		}
+		o := &out[i]
+		runs := o.Runs + p.Runs
+		o.NsPerRun = (o.NsPerRun*float64(o.Runs) + p.NsPerRun*float64(p.Runs)) / float64(runs)
+		o.Runs = runs
+	}
+	slices.SortStableFunc(out, func(a, b ProgramCost) int { return cmp.Compare(b.Runs, a.Runs) })
+	return out
+}
+
+// onrampBPFBusy is the share of cpus CPUs' time over wall that
+// On-Ramp's programs among progs ran.
+func onrampBPFBusy(progs []ProgramCost, wall time.Duration, cpus int) float64 {
+	if wall <= 0 || cpus <= 0 {
+		return 0
+	}
+	var ns float64
+	for _, p := range progs {
+		if strings.HasPrefix(p.Program, onrampProgramPrefix) {
+			ns += p.NsPerRun * float64(p.Runs)
+		}
+	}
+	return min(ns/(float64(wall.Nanoseconds())*float64(cpus)), 1)
+}
+
 // onrampSockopsCounter reports whether counter k is the shared sockops
 // program's, which every interface's status repeats.
 func onrampSockopsCounter(k string) bool {
@@ -616,6 +669,11 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	}
 	defer closeSink()
 	cpuBefore, cpuErr := readCPUTimes()
+	var progsBefore map[ebpf.ProgramID]progCounter
+	if r.costs != nil {
+		progsBefore = r.costs.snapshot()
+	}
+	progsFrom := time.Now()
 
 	span := c.Duration + drainGrace + 5*time.Second
 	sctx, stop := context.WithTimeout(ctx, span)
@@ -651,9 +709,16 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
+	if r.costs != nil {
+		res.BPF = mergePrograms(r.costs.since(progsBefore))
+	}
 	if v.onramp {
 		if res.OnRamp, err = r.onrampStatus(); err != nil {
 			return out, err
+		}
+		if r.costs != nil {
+			b := onrampBPFBusy(res.BPF, time.Since(progsFrom), runtime.NumCPU())
+			res.OnRamp.BPFBusy = &b
 		}
 	}
 

@@ -45,6 +45,12 @@ func onrampFigures() []onrampFigure {
 		{"cpu_busy", always(func(r OnRampRun) float64 { return r.CPUBusy })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
 		{"pause_seconds", withOnRamp(func(o *OnRampCounters) float64 { return o.PauseSeconds })},
+		{"onramp_bpf_busy", func(r OnRampRun) (float64, bool) {
+			if r.OnRamp == nil || r.OnRamp.BPFBusy == nil {
+				return 0, false
+			}
+			return *r.OnRamp.BPFBusy, true
+		}},
 	}
 	for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
 		figs = append(figs, onrampFigure{"bg_fct_p99_us_" + bucketKey(b), func(r OnRampRun) (float64, bool) {

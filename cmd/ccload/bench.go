@@ -85,12 +85,14 @@ Scenarios:
              once without and once with On-Ramp (--onramp-threshold,
              --onramp-max-pause) per repeat, fq and GSO --gso on every
              sender in both. Reports request completion times, background
-             FCTs, the long flow's throughput, the queue and On-Ramp's
-             pauses, and the ratios without/with. Its own defaults: --cc
-             cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
-             1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
-             1ms; --quick: 8 servers, 2 background senders. It needs
-             sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
+             FCTs, the long flow's throughput, the queue, On-Ramp's
+             pauses, the CPUs busy (and with --onramp-bpf-costs the share
+             On-Ramp's programs took), and the ratios without/with. Its
+             own defaults: --cc cubic,bbr,bpf_dctcp,theta_powertcp, --rate
+             100mbit, --buffer 1MiB, --ecn-threshold 20KB, 15s per run,
+             queue sampled every 1ms; --quick: 8 servers, 2 background
+             senders. It needs sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves
+             it out
 
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
 CCs are attached for the run if they are not attached yet, and INT is
@@ -218,6 +220,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
+	f.BoolVar(&orCfg.BPFCosts, "onramp-bpf-costs", false, "onramp: time every BPF program with the kernel's BPF statistics and report On-Ramp's share of the CPUs (the On-Ramp BPF % column) and each program's cost (results.json); off by default, as the statistics' clock reads slow every program and so change what the run measures")
 	f.BoolVar(&cfg.KeepCPUsAwake, "keep-cpus-awake", false, "run a SCHED_IDLE spinner on every CPU while the CCs run, so that no CPU halts between ACKs: per-ACK costs as on a busy server rather than an idle VM (the cpu % column then counts the spinners)")
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
 	f.Bool("schema", false, "print the JSON Schema of results.json and exit (with --scenario clock or onramp: of that scenario's)")
