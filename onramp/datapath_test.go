@@ -21,11 +21,11 @@ import (
 
 // rig is one loaded On-Ramp object, as on one interface.
 type rig struct {
-	t    *testing.T
+	t    testing.TB
 	objs onrampObjects
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	testutil.RequireRoot(t)
 	spec, err := loadOnramp()
@@ -50,7 +50,7 @@ func newRig(t *testing.T) *rig {
 // use hands the rig to test t with parameters cfg and empty maps: loading
 // the object is what costs (seconds in a TCG guest), so one rig serves
 // every case.
-func (r *rig) use(t *testing.T, cfg Config) *rig {
+func (r *rig) use(t testing.TB, cfg Config) *rig {
 	t.Helper()
 	r.t = t
 	cfg.Iface = "test"
@@ -142,7 +142,7 @@ func (r *rig) putClock(peer netip.Addr, offset int64, errNs uint32) {
 	}
 }
 
-func taiNow(t *testing.T) uint64 {
+func taiNow(t testing.TB) uint64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_TAI, &ts); err != nil {
 		t.Fatal(err)
@@ -367,7 +367,7 @@ func testUnknownPeer(t *testing.T, rg *rig) {
 
 // echoAt builds the ACK that echoes a packet sent rtt ago with one-way
 // delay owd and cumulative pause pause at its departure.
-func echoAt(t *testing.T, c conn, owd time.Duration, rtt time.Duration, pause uint32) []byte {
+func echoAt(t testing.TB, c conn, owd time.Duration, rtt time.Duration, pause uint32) []byte {
 	tx := uint32(taiNow(t) - uint64(rtt))
 	return c.ack(echoOpt(int32(owd), tx, pause))
 }
