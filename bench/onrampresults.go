@@ -212,8 +212,8 @@ type OnRampRun struct {
 	// BPF is what ccload's kinds of BPF program (struct_ops CCs, sockops,
 	// tc) that ran during the run cost, from the kernel's BPF statistics,
 	// busiest first: the CC, the INT hop, and with On-Ramp its programs,
-	// each summed over the interfaces it runs on. Absent when the
-	// statistics could not be enabled.
+	// each summed over the interfaces it runs on. Absent without
+	// OnRampConfig.BPFCosts (--onramp-bpf-costs).
 	BPF []ProgramCost `json:"bpf,omitempty"`
 	// OnRamp is On-Ramp's counters over the run; absent without it.
 	OnRamp *OnRampCounters `json:"onramp,omitempty"`
@@ -236,7 +236,7 @@ type OnRampCounters struct {
 	// BPFBusy is the time On-Ramp's BPF programs ran over the run, every
 	// interface's summed, as a share of all the CPUs' time, comparable
 	// with OnRampRun.CPUBusy; each run includes the statistics' own two
-	// clock reads. Absent without the kernel's BPF statistics.
+	// clock reads. Absent without OnRampConfig.BPFCosts.
 	BPFBusy *float64 `json:"bpf_busy,omitempty"`
 }
 

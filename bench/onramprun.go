@@ -709,15 +709,16 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
+	var progsOver time.Duration
 	if r.costs != nil {
-		res.BPF = mergePrograms(r.costs.since(progsBefore))
+		res.BPF, progsOver = mergePrograms(r.costs.since(progsBefore)), time.Since(progsFrom)
 	}
 	if v.onramp {
 		if res.OnRamp, err = r.onrampStatus(); err != nil {
 			return out, err
 		}
 		if r.costs != nil {
-			b := onrampBPFBusy(res.BPF, time.Since(progsFrom), runtime.NumCPU())
+			b := onrampBPFBusy(res.BPF, progsOver, runtime.NumCPU())
 			res.OnRamp.BPFBusy = &b
 		}
 	}
