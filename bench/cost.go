@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,16 +98,16 @@ func (p *programCosts) since(before map[ebpf.ProgramID]progCounter) []ProgramCos
 		out = append(out, ProgramCost{Program: now.name, Type: programType(now.typ), Runs: runs,
 			NsPerRun: float64(now.runtime-was.runtime) / float64(runs)})
 	}
-	slices.SortFunc(out, func(a, b ProgramCost) int {
-		if a.Runs != b.Runs {
-			if a.Runs > b.Runs {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Program, b.Program)
-	})
+	slices.SortFunc(out, busiestFirst)
 	return out
+}
+
+// busiestFirst orders program costs by runs, most first, then by name.
+func busiestFirst(a, b ProgramCost) int {
+	if c := cmp.Compare(b.Runs, a.Runs); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Program, b.Program)
 }
 
 // programType names a program type as results.json does.

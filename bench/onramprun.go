@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -514,7 +513,7 @@ func mergePrograms(progs []ProgramCost) []ProgramCost {
 		o.NsPerRun = (o.NsPerRun*float64(o.Runs) + p.NsPerRun*float64(p.Runs)) / float64(runs)
 		o.Runs = runs
 	}
-	slices.SortStableFunc(out, func(a, b ProgramCost) int { return cmp.Compare(b.Runs, a.Runs) })
+	slices.SortStableFunc(out, busiestFirst)
 	return out
 }
 

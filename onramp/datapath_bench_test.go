@@ -35,7 +35,7 @@ func BenchmarkDataPath(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			rg := newRig(b).use(b, Config{Threshold: time.Millisecond})
 			rg.putClock(c.sender, 0, 200)
-			null, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "null_tc", Type: ebpf.SchedCLS, License: "GPL",
+			null, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "dp_floor", Type: ebpf.SchedCLS, License: "GPL",
 				Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 			if err != nil {
 				b.Fatalf("load a null tc program: %v", err)
