@@ -226,6 +226,9 @@ func machine() Machine {
 			}
 		}
 	}
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
+		m.Clocksource = strings.TrimSpace(string(b))
+	}
 	return m
 }
 

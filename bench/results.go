@@ -51,6 +51,11 @@ type Machine struct {
 	Kernel string `json:"kernel"`
 	CPUs   int    `json:"cpus"`
 	CPU    string `json:"cpu_model,omitempty"`
+	// Clocksource is the kernel's current clocksource (tsc, kvm-clock,
+	// hpet, ...). Every timestamp the kernel and the BPF programs take
+	// reads it, so where it is slow to read (hpet under emulation) every
+	// packet costs more.
+	Clocksource string `json:"clocksource,omitempty"`
 	// CPUsKeptAwake says the CCs ran with a SCHED_IDLE spinner on every
 	// CPU (--keep-cpus-awake): no CPU halted, and cpu_busy counts the
 	// spinners.

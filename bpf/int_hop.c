@@ -180,15 +180,14 @@ static __always_inline __u32 opt_slots(__u32 len)
 }
 
 /*
- * Replaces the 8-byte slot at off, which holds old_be, with word, and
- * adjusts the TCP checksum at csum_off by the difference.
+ * Replaces the 8-byte slot at off with word, and adjusts the TCP checksum
+ * at csum_off by the difference.
  */
-static __always_inline bool store_slot(struct __sk_buff *skb, __u32 off, __u32 csum_off,
-				       __u64 old_be, __u64 word)
+static __always_inline bool store_slot(struct __sk_buff *skb, __u32 off, __u32 csum_off, __u64 word)
 {
 	__u64 new_be = bpf_cpu_to_be64(word);
 
-	return tcp_store_csum(skb, off, csum_off, &old_be, &new_be, sizeof(new_be));
+	return tcp_store_csum(skb, off, csum_off, &new_be, sizeof(new_be));
 }
 
 /*
@@ -214,7 +213,7 @@ static __always_inline int write_record(struct __sk_buff *skb, __u32 opt, __u32 
 			return -1;
 		if (slot_be)
 			continue;
-		if (!store_slot(skb, off, csum_off, slot_be, word)) {
+		if (!store_slot(skb, off, csum_off, word)) {
 			stat_add(&hop_stats, HOP_STAT_MALFORMED, 1);
 			return -1;
 		}
@@ -331,7 +330,7 @@ int int_hop_ack(struct __sk_buff *skb)
 		return TC_ACT_OK;
 
 	queue_join(q, cfg, 0, &s);	/* drain to now; adds nothing */
-	if (store_slot(skb, off, p.l4 + 16, old_be, int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog)))
+	if (store_slot(skb, off, p.l4 + 16, int_hop_word(cfg->rate_code, s.now, s.sent, s.backlog)))
 		stat_add(&hop_stats, HOP_STAT_ACKS_PADDED, 1);
 	return TC_ACT_OK;
 }

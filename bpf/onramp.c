@@ -96,7 +96,7 @@ struct onramp_opt {
 	__be32 a;	/* STAMP: tx.    ECHO: owd */
 	__be32 b;	/* STAMP: pause. ECHO: tx */
 	__be32 c;	/* ECHO: pause */
-} __attribute__((packed));
+} __attribute__((packed, aligned(4)));	/* tcp_store_csum reads it as words */
 
 static __always_inline struct onramp_config *onramp_cfg(void)
 {
@@ -173,15 +173,13 @@ static __always_inline __u32 owd_bucket(__u64 v)
  * Turns the reserved PAD at off into opt and keeps the checksum valid.
  * n is the option's length, 12 or 16.
  */
-static __always_inline bool fill(struct __sk_buff *skb, __u32 off, __u32 csum_off, struct onramp_opt *opt, __u32 n)
+static __always_inline bool fill(struct __sk_buff *skb, __u32 off, __u32 csum_off, const struct onramp_opt *opt, __u32 n)
 {
-	struct onramp_opt old = {};
-
-	if (n != ONRAMP_STAMP_LEN && n != ONRAMP_ECHO_LEN)
-		return false;
-	if (bpf_skb_load_bytes(skb, off, &old, n))
-		return false;
-	return tcp_store_csum(skb, off, csum_off, &old, opt, n);
+	if (n == ONRAMP_STAMP_LEN)
+		return tcp_store_csum(skb, off, csum_off, opt, ONRAMP_STAMP_LEN);
+	if (n == ONRAMP_ECHO_LEN)
+		return tcp_store_csum(skb, off, csum_off, opt, ONRAMP_ECHO_LEN);
+	return false;
 }
 
 /*

@@ -50,52 +50,85 @@ struct tcp_flow {
 };
 
 /*
- * Parses an Ethernet frame as TCP over IPv4 or IPv6 (no extension headers,
- * not a fragment). If flow is not NULL it receives the addresses and ports.
- * Returns false for anything else.
+ * The headers are read and written in place (direct packet access), not
+ * through bpf_skb_load_bytes and friends: a helper call per field cost
+ * more than everything else On-Ramp does per packet (docs/onramp.md).
+ * tcp_parse_linear reads them from the skb's linear part; when they are
+ * not all there, tcp_parse pulls exactly the bytes it needs and reads
+ * again. A TCP sender's segments have every header in the linear part
+ * (only a GSO packet's payload is in fragments), so the pull is for what
+ * a driver delivers split.
  */
-static __always_inline bool tcp_parse(struct __sk_buff *skb, struct tcp_pkt *p, struct tcp_flow *flow)
+
+/*
+ * Parses the headers in the linear part. Returns 0 for TCP over IPv4 or
+ * IPv6 (no extension headers, not a fragment), 1 for anything else, or the
+ * length of linear data it needs to tell (always > 1).
+ */
+static __noinline __u32 tcp_parse_linear(struct __sk_buff *skb, struct tcp_pkt *p, struct tcp_flow *flow)
 {
-	__u8 b[2];
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u8 *l3 = data + ETH_HLEN, *l4;
+	__u32 doff;
 
 	p->l3 = ETH_HLEN;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		__u8 vihl, proto;
+		__u32 ihl;
 
-		p->v6 = false;
-		if (bpf_skb_load_bytes(skb, p->l3, &vihl, 1) || bpf_skb_load_bytes(skb, p->l3 + 9, &proto, 1) ||
-		    (vihl >> 4) != 4)
-			return false;
-		p->l4 = p->l3 + (vihl & 0xf) * 4;
+		if (l3 + 20 > (__u8 *)end)
+			return ETH_HLEN + 20;
 		/* Only the first fragment has the TCP header; skip fragments. */
-		if (proto != IPPROTO_TCP || bpf_skb_load_bytes(skb, p->l3 + 6, b, 2) || ((b[0] & 0x3f) | b[1]))
-			return false;
-		if (flow && (bpf_skb_load_bytes(skb, p->l3 + 12, &flow->src[0], 4) ||
-			     bpf_skb_load_bytes(skb, p->l3 + 16, &flow->dst[0], 4)))
-			return false;
+		if ((l3[0] >> 4) != 4 || l3[9] != IPPROTO_TCP || ((l3[6] & 0x3f) | l3[7]))
+			return 1;
+		ihl = (l3[0] & 0xf) * 4;
+		if (ihl < 20)
+			return 1;
+		p->v6 = false;
+		p->l4 = ETH_HLEN + ihl;
+		__builtin_memcpy(&flow->src[0], l3 + 12, 4);
+		__builtin_memcpy(&flow->dst[0], l3 + 16, 4);
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		__u8 next;
-
+		if (l3 + 40 > (__u8 *)end)
+			return ETH_HLEN + 40;
+		if ((l3[0] >> 4) != 6 || l3[6] != IPPROTO_TCP)
+			return 1;
 		p->v6 = true;
-		if (bpf_skb_load_bytes(skb, p->l3 + 6, &next, 1) || next != IPPROTO_TCP)
-			return false;
-		p->l4 = p->l3 + 40;
-		if (flow && (bpf_skb_load_bytes(skb, p->l3 + 8, flow->src, 16) ||
-			     bpf_skb_load_bytes(skb, p->l3 + 24, flow->dst, 16)))
-			return false;
+		p->l4 = ETH_HLEN + 40;
+		__builtin_memcpy(flow->src, l3 + 8, 16);
+		__builtin_memcpy(flow->dst, l3 + 24, 16);
 	} else {
-		return false;
+		return 1;
 	}
-	if (flow) {
-		flow->v6 = p->v6;
-		if (bpf_skb_load_bytes(skb, p->l4, &flow->sport, 2) ||
-		    bpf_skb_load_bytes(skb, p->l4 + 2, &flow->dport, 2))
-			return false;
-	}
-	if (bpf_skb_load_bytes(skb, p->l4 + 12, b, 1))
+	flow->v6 = p->v6;
+	l4 = data + (p->l4 & 0x7f);	/* at most ETH_HLEN + 60: the mask bounds it for the verifier */
+	if (l4 + 20 > (__u8 *)end)
+		return p->l4 + 20;
+	__builtin_memcpy(&flow->sport, l4, 2);
+	__builtin_memcpy(&flow->dport, l4 + 2, 2);
+	doff = (l4[12] >> 4) * 4;
+	if (doff < 20)
+		return 1;
+	p->doff = doff;
+	if (l4 + doff > (__u8 *)end)
+		return p->l4 + doff;
+	return 0;
+}
+
+/*
+ * Parses an Ethernet frame as TCP over IPv4 or IPv6 (no extension headers,
+ * not a fragment), and makes its headers, options included, linear: they
+ * can be read and written in place from skb->data. flow receives the
+ * addresses and ports. Returns false for anything else.
+ */
+static __always_inline bool tcp_parse(struct __sk_buff *skb, struct tcp_pkt *p, struct tcp_flow *flow)
+{
+	__u32 need = tcp_parse_linear(skb, p, flow);
+
+	if (need <= 1)
+		return need == 0;
+	if (need > skb->len || bpf_skb_pull_data(skb, need))
 		return false;
-	p->doff = (b[0] >> 4) * 4;
-	return p->doff >= 20;
+	return tcp_parse_linear(skb, p, flow) == 0;
 }
 
 /*
@@ -171,23 +204,42 @@ static __always_inline __u32 tcp_exp_len(__s64 r) { return (r >> 16) & 0xff; }
 static __always_inline __u16 tcp_exp_id(__s64 r) { return r & 0xffff; }
 
 /*
- * Replaces n bytes (a multiple of 4, at most 16) at off, which hold old,
- * with new, and adjusts the TCP checksum at csum_off by the difference.
- * 16-bit checksum arithmetic needs an even offset: an odd one is refused.
+ * Replaces the n bytes at off (n a multiple of 4, at most 16; off even,
+ * inside the headers tcp_parse made linear) with new, in place, and
+ * adjusts the TCP checksum at csum_off by the difference. The difference
+ * is the one's-complement sum of the new words and the old words'
+ * complements; bpf_l4_csum_replace applies it as the skb's checksum state
+ * requires (not at all for CHECKSUM_PARTIAL, whose sum is computed after
+ * us). Returns false, having changed nothing, where the bytes are not all
+ * in the linear part.
  */
-static __always_inline bool tcp_store_csum(struct __sk_buff *skb, __u32 off, __u32 csum_off,
-					   void *old, void *new, __u32 n)
+static __always_inline bool tcp_store_csum(struct __sk_buff *skb, __u32 off, __u32 csum_off, const void *new, const __u32 n)
 {
-	__s64 diff;
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	const __u32 *w = new;
+	__u32 *at, i;
+	__u64 diff = 0;
 
 	if ((off & 1) || n == 0 || n > 16 || (n & 3))
 		return false;
-	diff = bpf_csum_diff(old, n, new, n, 0);
-	if (diff < 0)
+	at = data + (off & 0xfff);
+	if ((void *)at + n > end)
 		return false;
-	if (bpf_skb_store_bytes(skb, off, new, n, 0))
-		return false;
-	return bpf_l4_csum_replace(skb, csum_off, 0, diff, 0) == 0;
+	/* n is a constant at every call: the loops unroll, their offsets fixed. */
+	for (i = 0; i < 4; i++) {
+		if (i * 4 >= n)
+			break;
+		diff += (__u32)~at[i];
+		diff += w[i];
+	}
+	for (i = 0; i < 4; i++) {
+		if (i * 4 >= n)
+			break;
+		at[i] = w[i];
+	}
+	diff = (diff & 0xffffffff) + (diff >> 32);
+	diff = (diff & 0xffffffff) + (diff >> 32);
+	return bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, 0) == 0;
 }
 
 #endif /* CCLOAD_TCPKT_H */
