@@ -296,7 +296,7 @@ int onramp_egress(struct __sk_buff *skb)
 
 	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
 		return TC_ACT_OK;
-	found = tcp_find_exp(skb, p.l4, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+	found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
 	if (found < 0 || tcp_exp_id(found) != ONRAMP_EXID_PAD)
 		return TC_ACT_OK;
 	off = tcp_exp_off(found);
@@ -579,7 +579,7 @@ int onramp_ingress(struct __sk_buff *skb)
 
 	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
 		return TC_ACT_OK;
-	found = tcp_find_exp(skb, p.l4, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+	found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
 	if (found < 0)
 		return TC_ACT_OK;
 	off = tcp_exp_off(found);

@@ -135,33 +135,29 @@ static __always_inline bool tcp_parse(struct __sk_buff *skb, struct tcp_pkt *p, 
  * Finds the first kind-253 option with an ExID of the family exid/mask:
  * its high byte equal to exid's, and its low byte equal to exid's under
  * mask (0xff: exactly exid; 0xf0: the 16 ExIDs 0xXXY0 to 0xXXYF), in the
- * TCP header at l4. Returns -1 when there is none, or an
- * options area whose TLVs do not walk; else the option's offset in the
- * packet << 32 | its length byte << 16 | its ExID (tcp_exp_off,
- * tcp_exp_len, tcp_exp_id take them apart).
+ * TCP header at l4, doff bytes long (struct tcp_pkt's). Returns -1 when
+ * there is none, or an options area whose TLVs do not walk; else the
+ * option's offset in the packet << 32 | its length byte << 16 | its ExID
+ * (tcp_exp_off, tcp_exp_len, tcp_exp_id take them apart).
  *
  * A global function, verified once on its own: inlined, the walk's many
  * outcomes made the verifier go through the rest of the program once per
  * outcome (about 450,000 instructions per program); from here the caller
  * gets one unknown, bounded result.
  */
-__attribute__((noinline)) __s64 tcp_find_exp(struct __sk_buff *skb, __u32 l4, __u32 exid, __u32 mask)
+__attribute__((noinline)) __s64 tcp_find_exp(struct __sk_buff *skb, __u32 l4, __u32 doff, __u32 exid, __u32 mask)
 {
 	__u8 opts[TCP_OPTIONS_MAX];
-	__u32 doff, optlen, i, next = 0;
-	__u8 b;
+	__u32 optlen, i, next = 0;
 
 	if (!skb)
 		return -1;
 	/*
-	 * The header length is read here, not taken from the caller: from the
-	 * byte's top four bits the verifier knows its range, and so the load's
-	 * size (6.1's verifier cannot bound a length it only gets as an
-	 * argument).
+	 * The mask gives the verifier doff's range, and so the load's size:
+	 * it cannot bound an argument otherwise. A header length is a
+	 * multiple of 4 up to 60, so the mask changes no valid value.
 	 */
-	if (bpf_skb_load_bytes(skb, l4 + 12, &b, 1))
-		return -1;
-	doff = (b >> 4) * 4;
+	doff &= 0x3c;
 	if (doff <= 20)
 		return -1;
 	optlen = doff - 20;
