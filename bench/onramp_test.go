@@ -120,6 +120,9 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if l := cmp[0].LongFlowLoss; l == nil || math.Abs(*l-0.025) > 1e-9 {
 		t.Errorf("long-flow loss %v, want 0.025", l)
 	}
+	if l := cmp[0].LongFlowPairedLoss; l == nil || math.Abs(l.Median-0.025) > 1e-9 || l.N != 1 {
+		t.Errorf("paired long-flow loss %+v, want 0.025 over one repeat", l)
+	}
 	if verdict.RCTMet == nil || !*verdict.RCTMet || !verdict.LongFlowMet {
 		t.Errorf("verdict %+v: want both targets met", verdict)
 	}
@@ -139,7 +142,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 "} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -176,6 +179,41 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	doc, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bad))
 	if err := schema.Validate(doc); err == nil {
 		t.Errorf("the schema accepted a variant without rct")
+	}
+}
+
+// TestPairedLoss checks that the long flow's loss is taken between the
+// runs of one repeat, and that repeats without both runs, or without a
+// long flow in the run without On-Ramp, are left out.
+func TestPairedLoss(t *testing.T) {
+	run := func(repeat int, bps float64) OnRampRun { return OnRampRun{Repeat: repeat, LongFlowBps: bps} }
+	for _, tc := range []struct {
+		name          string
+		without, with []OnRampRun
+		want          *Spread
+	}{
+		{"none", nil, nil, nil},
+		{"no run with On-Ramp", []OnRampRun{run(0, 40)}, nil, nil},
+		{"one repeat", []OnRampRun{run(0, 40)}, []OnRampRun{run(0, 30)}, &Spread{Median: 0.25, Min: 0.25, Max: 0.25, N: 1}},
+		{"paired by repeat, not by order", []OnRampRun{run(0, 40), run(1, 20)}, []OnRampRun{run(1, 22), run(0, 36)},
+			&Spread{Median: 0.0, Min: -0.1, Max: 0.1, N: 2}},
+		{"a repeat without its pair", []OnRampRun{run(0, 40), run(2, 50)}, []OnRampRun{run(0, 40), run(1, 10)},
+			&Spread{Median: 0, Min: 0, Max: 0, N: 1}},
+		{"no long flow without On-Ramp", []OnRampRun{run(0, 0)}, []OnRampRun{run(0, 30)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := pairedLoss(tc.without, tc.with)
+			if (got == nil) != (tc.want == nil) {
+				t.Fatalf("pairedLoss = %+v, want %+v", got, tc.want)
+			}
+			if got == nil {
+				return
+			}
+			if got.N != tc.want.N || math.Abs(got.Median-tc.want.Median) > 1e-9 ||
+				math.Abs(got.Min-tc.want.Min) > 1e-9 || math.Abs(got.Max-tc.want.Max) > 1e-9 {
+				t.Errorf("pairedLoss = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }
 

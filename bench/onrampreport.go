@@ -102,7 +102,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	head = []string{"cc", "RCT p99 ms without", "with", "ratio", "p50 ratio", "tail ratio", "net p99 ratio", "long flow Mbit/s without", "with", "loss %"}
+	head = []string{"cc", "RCT p99 ms without", "with", "ratio", "p50 ratio", "tail ratio", "net p99 ratio", "long flow Mbit/s without", "with", "loss %", "paired loss %"}
 	for _, b := range buckets {
 		head = append(head, "bg FCT p99 ratio "+b)
 	}
@@ -114,7 +114,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 			tail = fmt.Sprintf("p%g: %.2fx", c.RCTTailP, *c.RCTTailRatio)
 		}
 		row := []string{c.CC, ms(c.RCTP99WithoutUs), ms(c.RCTP99WithUs), ratioCell(c.RCTP99Ratio), ratioCell(c.RCTP50Ratio), tail, ratioCell(c.NetRCTP99Ratio),
-			fmt.Sprintf("%.1f", c.LongFlowWithoutBps/1e6), fmt.Sprintf("%.1f", c.LongFlowWithBps/1e6), lossCell(c.LongFlowLoss)}
+			fmt.Sprintf("%.1f", c.LongFlowWithoutBps/1e6), fmt.Sprintf("%.1f", c.LongFlowWithBps/1e6), lossCell(c.LongFlowLoss), pairedLossCell(c.LongFlowPairedLoss)}
 		for _, b := range buckets {
 			cell := "-"
 			for _, x := range c.FCT {
@@ -141,7 +141,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w, "ratio: without/with On-Ramp (above 1: On-Ramp is faster); tail ratio: at the highest percentile both pooled samples support")
-	fmt.Fprintln(w, "(ten requests at or beyond it; p99 needs 1,000 requests, and below that p99 is close to the slowest request); loss: 1 - with/without.")
+	fmt.Fprintln(w, "(ten requests at or beyond it; p99 needs 1,000 requests, and below that p99 is close to the slowest request); loss: 1 - with/without of the medians;\npaired loss: 1 - with/without of each repeat's two runs, which share a workload seed: median (min-max) over the repeats.")
 	fmt.Fprintf(w, "worse: a p99 more than %.0f%% above the one without On-Ramp.\n", 100*res.Targets.WorseMargin)
 
 	tg, vd := res.Targets, res.Verdict
@@ -218,6 +218,14 @@ func lossCell(l *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", 100**l)
+}
+
+// pairedLossCell is a paired loss's median (min-max) in per cent.
+func pairedLossCell(s *Spread) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f (%.1f-%.1f)", 100*s.Median, 100*s.Min, 100*s.Max)
 }
 
 func metText(ok bool) string {

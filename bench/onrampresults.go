@@ -262,6 +262,11 @@ type OnRampComparison struct {
 	LongFlowWithoutBps float64  `json:"long_flow_without_bps"`
 	LongFlowWithBps    float64  `json:"long_flow_with_bps"`
 	LongFlowLoss       *float64 `json:"long_flow_loss,omitempty"`
+	// LongFlowPairedLoss is the same loss taken per repeat, between the
+	// two runs that share its workload seed: its median and range over
+	// the repeats. The runs' throughput moves between seeds by more than
+	// On-Ramp moves it, and pairing takes that movement out.
+	LongFlowPairedLoss *Spread `json:"long_flow_paired_loss,omitempty"`
 	// FCT compares the background flows' pooled p99 per size bucket.
 	FCT []FCTComparison `json:"fct"`
 	// WorseRCT: RCT p99 more than WorseMargin above without On-Ramp;

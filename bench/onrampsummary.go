@@ -158,6 +158,7 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 				verdict.LongFlowMet = false
 			}
 		}
+		c.LongFlowPairedLoss = pairedLoss(without.Runs, with.Runs)
 		c.WorseRCT = without.RCT.Count > 0 && with.RCT.Count > 0 && with.RCT.P99Us > (1+onrampWorseMargin)*without.RCT.P99Us
 		if c.WorseRCT {
 			verdict.Worse = append(verdict.Worse, cc+": RCT p99")
@@ -186,6 +187,29 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 		out = append(out, c)
 	}
 	return out, verdict
+}
+
+// pairedLoss is the long flow's throughput loss, 1 − with/without, of
+// each repeat that has a run in both variants with a long flow, as a
+// Spread over the repeats; nil when no repeat has both.
+func pairedLoss(without, with []OnRampRun) *Spread {
+	base := map[int]float64{}
+	for _, r := range without {
+		if r.LongFlowBps > 0 {
+			base[r.Repeat] = r.LongFlowBps
+		}
+	}
+	var losses []float64
+	for _, r := range with {
+		if b, ok := base[r.Repeat]; ok {
+			losses = append(losses, 1-r.LongFlowBps/b)
+		}
+	}
+	if len(losses) == 0 {
+		return nil
+	}
+	s := spreadOf(losses)
+	return &s
 }
 
 // bucketP99 is how many of fcts are in size bucket b (stats.BucketAll:
