@@ -52,7 +52,8 @@ struct tcp_flow {
 /*
  * The headers are read and written in place (direct packet access), not
  * through bpf_skb_load_bytes and friends: a helper call per field cost
- * more than everything else On-Ramp does per packet (docs/onramp.md).
+ * more than everything else On-Ramp does per packet (docs/benchmarks.md,
+ * "What the programs cost on this host").
  * tcp_parse_linear reads them from the skb's linear part; when they are
  * not all there, tcp_parse pulls exactly the bytes it needs and reads
  * again. A TCP sender's segments have every header in the linear part
