@@ -207,8 +207,9 @@ static __always_inline __u16 tcp_exp_id(__s64 r) { return r & 0xffff; }
  * is the one's-complement sum of the new words and the old words'
  * complements; bpf_l4_csum_replace applies it as the skb's checksum state
  * requires (not at all for CHECKSUM_PARTIAL, whose sum is computed after
- * us). Returns false, having changed nothing, where the bytes are not all
- * in the linear part.
+ * us). Returns false where the bytes are not all in the linear part (and
+ * then changes nothing), or where the checksum helper fails, which it does
+ * not for an offset inside headers that are linear and writable.
  */
 static __always_inline bool tcp_store_csum(struct __sk_buff *skb, __u32 off, __u32 csum_off, const void *new, const __u32 n)
 {
