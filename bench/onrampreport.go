@@ -201,6 +201,11 @@ func spreadCell(figs map[string]Spread, name string, format func(float64) string
 	if s.N < 2 {
 		return format(s.Median)
 	}
+	return spreadText(s, format)
+}
+
+// spreadText is a spread as median (min-max), each number in format.
+func spreadText(s Spread, format func(float64) string) string {
 	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
 }
 
@@ -225,7 +230,7 @@ func pairedLossCell(s *Spread) string {
 	if s == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f (%.1f-%.1f)", 100*s.Median, 100*s.Min, 100*s.Max)
+	return spreadText(*s, scaled(100, "%.1f"))
 }
 
 func metText(ok bool) string {

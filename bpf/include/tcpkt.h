@@ -223,16 +223,12 @@ static __always_inline bool tcp_store_csum(struct __sk_buff *skb, __u32 off, __u
 	at = data + (off & 0xfff);
 	if ((void *)at + n > end)
 		return false;
-	/* n is a constant at every call: the loops unroll, their offsets fixed. */
+	/* n is a constant at every call: the loop unrolls, its offsets fixed. */
 	for (i = 0; i < 4; i++) {
 		if (i * 4 >= n)
 			break;
 		diff += (__u32)~at[i];
 		diff += w[i];
-	}
-	for (i = 0; i < 4; i++) {
-		if (i * 4 >= n)
-			break;
 		at[i] = w[i];
 	}
 	diff = (diff & 0xffffffff) + (diff >> 32);
