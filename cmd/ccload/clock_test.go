@@ -125,9 +125,13 @@ func TestClockCLI(t *testing.T) {
 			continue
 		}
 		// Both hosts share one clock: the offset is an error. Bound it
-		// wide; the clock bench measures it.
-		if off := st.Peers[0].OffsetNs; off > 100_000 || off < -100_000 {
-			t.Errorf("status in %s: offset %d ns on a shared clock", pair[0].Name, off)
+		// wide, and by the agent's own error bound where a loaded machine
+		// makes that larger (as clocksync's agent test does); the clock
+		// bench measures precision.
+		off, bound := st.Peers[0].OffsetNs, max(int64(100_000), 3*int64(st.Peers[0].ErrorNs)+20_000)
+		t.Logf("status in %s: offset %d ns, error bound %d ns", pair[0].Name, off, st.Peers[0].ErrorNs)
+		if off > bound || off < -bound {
+			t.Errorf("status in %s: offset %d ns on a shared clock (error bound %d ns)", pair[0].Name, off, st.Peers[0].ErrorNs)
 		}
 		code, out, _ = e.cliIn(t, pair[0], "clock", "status")
 		if code != 0 || !strings.Contains(out, "PEER") || !strings.Contains(out, pair[1].Addr.String()) || !strings.Contains(out, "probes") {
