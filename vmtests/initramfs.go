@@ -25,7 +25,7 @@ type testPackage struct {
 // guestModules are the modules the tests need from the guest kernel.
 func guestModules() []string {
 	return []string{"veth", "sch_htb", "sch_fq", "sch_netem", "sch_fq_codel", "sch_red",
-		"sch_ingress", "cls_bpf", "tcp_dctcp", "tcp_bbr", "bridge", "cls_matchall", "act_mirred"}
+		"sch_ingress", "cls_bpf", "tcp_dctcp", "tcp_bbr", "bridge", "cls_matchall", "act_mirred", "tun"}
 }
 
 // buildBinaries compiles the guest's static binaries into dir.

@@ -50,7 +50,7 @@ func guestPackages() []testPackage {
 			"TestUpgradeInPlace", "TestUpgradeOtherNetnsDefault", "TestUpgradeKilled",
 		}, "|") + ")$"},
 		{name: "sockops", path: "telemetry/sockops", tests: "^TestEnableDisable$"},
-		{name: "hop", path: "telemetry/hop", tests: "^TestHopOnCraftedPackets$"},
+		{name: "hop", path: "telemetry/hop", tests: "^(TestHopOnCraftedPackets|TestHopOnSplitHeaders)$"},
 		{name: "e2e", path: "e2e", tests: "^(" + strings.Join([]string{
 			"TestSelectAndTransfer", "TestDCTCPFallsBackWithoutECN", "TestSysctlInitNetns",
 			"TestDetachWithLiveSockets", "TestSetReachesLiveSockets",

@@ -55,11 +55,17 @@ struct tcp_flow {
  * more than everything else On-Ramp does per packet (docs/benchmarks.md,
  * "What the programs cost on this host").
  * tcp_parse_linear reads them from the skb's linear part; when they are
- * not all there, tcp_parse pulls exactly the bytes it needs and reads
- * again. A TCP sender's segments have every header in the linear part
- * (only a GSO packet's payload is in fragments), so the pull is for what
- * a driver delivers split.
+ * not all there, tcp_parse pulls in as many bytes as the longest headers
+ * take (TCP_PKT_HDRS_MAX, or the whole frame if it is shorter) and reads
+ * again: one pull, because a parse that stops at a short IP header cannot
+ * yet know how long the TCP header is. A TCP sender's segments have every
+ * header in the linear part (only a GSO packet's payload is in fragments),
+ * so the pull is for what a driver delivers split; telemetry/hop's
+ * TestHopOnSplitHeaders makes such frames with a tap device.
  */
+
+/* Ethernet, the longest IPv4 header and the longest TCP header. */
+#define TCP_PKT_HDRS_MAX (ETH_HLEN + 60 + 60)
 
 /*
  * Parses the headers in the linear part. Returns 0 for TCP over IPv4 or
@@ -127,7 +133,9 @@ static __always_inline bool tcp_parse(struct __sk_buff *skb, struct tcp_pkt *p, 
 
 	if (need <= 1)
 		return need == 0;
-	if (need > skb->len || bpf_skb_pull_data(skb, need))
+	if (need > skb->len)
+		return false;
+	if (bpf_skb_pull_data(skb, skb->len < TCP_PKT_HDRS_MAX ? skb->len : TCP_PKT_HDRS_MAX))
 		return false;
 	return tcp_parse_linear(skb, p, flow) == 0;
 }
