@@ -123,16 +123,24 @@ func TestHopOnSplitHeaders(t *testing.T) {
 	}
 	defer objs.Close()
 
-	frame := craftTCP(forwardOption(t, 3), 200)
-	tcpOff := 14 + 20
+	v4 := craftTCP(forwardOption(t, 3), 200)
+	v6 := testutil.TCPSegment{Sport: 40000, Dport: 5201, Seq: 1000, Ack: 2000, Flags: 0x18, Window: 512,
+		Options: forwardOption(t, 3), Payload: 200}.EthernetIPv6(
+		[16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+		[16]byte{0xfd, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2})
 	tests := []struct {
 		name   string
+		frame  []byte
 		linear int // bytes of the frame in the first iovec, the skb's linear part
 	}{
-		{"whole frame linear", len(frame)},
-		{"TCP header in a fragment", tcpOff},
-		{"TCP header split", tcpOff + 8},
-		{"IP header split", 14 + 6},
+		{"IPv4, whole frame linear", v4, len(v4)},
+		{"IPv4, TCP header in a fragment", v4, 14 + 20},
+		{"IPv4, TCP header split", v4, 14 + 20 + 8},
+		{"IPv4, IP header split", v4, 14 + 6},
+		{"IPv6, whole frame linear", v6, len(v6)},
+		{"IPv6, TCP header in a fragment", v6, 14 + 40},
+		{"IPv6, options split", v6, 14 + 40 + 24},
+		{"IPv6, IP header split", v6, 14 + 10},
 	}
 	inNewNetns(t, func() {
 		tap, err := openFragsTap("ccl-frags0")
@@ -153,11 +161,11 @@ func TestHopOnSplitHeaders(t *testing.T) {
 				t.Errorf("%s: %v", tc.name, err)
 				return
 			}
-			iov := [][]byte{frame[:tc.linear]}
-			if tc.linear < len(frame) {
-				iov = append(iov, frame[tc.linear:])
+			iov := [][]byte{tc.frame[:tc.linear]}
+			if tc.linear < len(tc.frame) {
+				iov = append(iov, tc.frame[tc.linear:])
 			}
-			if n, err := unix.Writev(int(tap.Fd()), iov); err != nil || n != len(frame) {
+			if n, err := unix.Writev(int(tap.Fd()), iov); err != nil || n != len(tc.frame) {
 				t.Errorf("%s: write the frame to the tap: %d bytes, %v", tc.name, n, err)
 				return
 			}
