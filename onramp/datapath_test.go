@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/qdisc"
 )
 
 // rig is one loaded On-Ramp object, as on one interface.
@@ -280,6 +281,7 @@ func TestDataPath(t *testing.T) {
 		{"BetaEWMA", testBetaEWMA}, {"StaleAndRepeatedEchoes", testStaleAndRepeatedEchoes},
 		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
 		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
+		{"SplitHeaders", testSplitHeaders},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -606,5 +608,49 @@ func testNewFlowStartsFromPeer(t *testing.T, rg *rig) {
 	third.sport += 2
 	if _, dep := r.run(r.objs.OnrampEgress, third.data(pad(StampLen))); dep > monoNow() {
 		t.Errorf("a new connection to a peer below the threshold was held until %d", dep)
+	}
+}
+
+// testSplitHeaders: the receiver's ingress reads the stamp of a data
+// segment whose headers arrive outside the skb's linear part
+// (testutil.WithFragsTap), as it reads a linear one's: the IP header, the
+// TCP header or On-Ramp's option cut across a page fragment.
+func testSplitHeaders(t *testing.T, rg *rig) {
+	const tap = "ccl-frags1"
+	for _, c := range conns {
+		t.Run(c.name, func(t *testing.T) {
+			rcv := rg.use(t, Config{})
+			rcv.putClock(c.sender, 0, 200)
+			l4 := 14 + 20
+			if c.sender.Is6() {
+				l4 = 14 + 40
+			}
+			splits := []int{l4, l4 + 8, l4 + 20 + 12 + 3, 14 + 6}
+			base := uint32(taiNow(t) - 30_000)
+			testutil.WithFragsTap(t, tap, func(write func(parts ...[]byte) error) {
+				att, err := qdisc.Attach(tap, rcv.objs.OnrampIngress, qdisc.AttachOptions{Direction: qdisc.Ingress})
+				if err != nil {
+					t.Errorf("attach onramp_ingress to the tap: %v", err)
+					return
+				}
+				defer att.Close()
+				for i, at := range splits {
+					tx := base + uint32(i)*1000
+					frame := c.data(stampOpt(tx, 777))
+					if err := write(frame[:at], frame[at:]); err != nil {
+						t.Error(err)
+						return
+					}
+					var f onrampOnrampFlow
+					if err := rcv.objs.OnrampFlows.Lookup(c.key(false), &f); err != nil {
+						t.Errorf("split at byte %d: no receiver state for the flow: %v", at, err)
+						continue
+					}
+					if f.RxTx != tx || f.RxPause != 777 || f.RxFresh != 1 {
+						t.Errorf("split at byte %d: receiver state %+v, want the stamp tx %d pause 777, fresh", at, f, tx)
+					}
+				}
+			})
+		})
 	}
 }
