@@ -130,6 +130,9 @@ func (o *OnRamp) Enable(cfg Config) (_ *Status, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := qdisc.RequireEthernet(key.Name, "On-Ramp"); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			o.tidy() // the directories a failure left empty

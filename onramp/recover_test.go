@@ -438,3 +438,31 @@ func mapOf(t *testing.T, id ebpf.ProgramID, name string) ebpf.MapID {
 	mid, _ := info.ID()
 	return mid
 }
+
+// TestEnableRefusesLayer3Device: On-Ramp asked for a device without an
+// Ethernet header (tun here; WireGuard, ipip and GRE alike) is refused
+// before it touches the qdisc or pins anything.
+func TestEnableRefusesLayer3Device(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/dev/net/tun", "the tun driver (CONFIG_TUN), for a layer-3 device")
+	host := kernel.DefaultHost()
+	host.PinDir = fmt.Sprintf("ccload-test-%d-layer3", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(host.PinRoot()) })
+	o := New(host)
+	testutil.InNewNetns(t, func() {
+		tun, err := testutil.OpenTun("ccl-l3")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tun.Close()
+		_, err = o.Enable(Config{Iface: "ccl-l3", Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}})
+		if !kernel.IsKind(err, kernel.KindBadParam) || !strings.Contains(err.Error(), "layer-3 device") {
+			t.Errorf("enable on a tun device: %v, want a bad parameter that names the layer-3 device", err)
+		}
+	})
+	st, err := o.Status()
+	if err != nil || len(st) != 0 {
+		t.Errorf("after the refusal: status %+v, %v; want nothing enabled", st, err)
+	}
+}

@@ -191,6 +191,12 @@ func attach(objs *intHopObjects, cfg Config, pinDir string) (_ []*qdisc.Attachme
 // Pins.Foreground does the same after checking that no pinned hop runs
 // there.
 func New(cfg Config) (*Hop, error) {
+	if _, err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if err := qdisc.RequireEthernet(cfg.Iface, "the INT hop"); err != nil {
+		return nil, err
+	}
 	objs, err := load(cfg)
 	if err != nil {
 		return nil, err

@@ -215,6 +215,9 @@ func (l *Pins) Attach(cfg Config) (_ *Status, err error) {
 			"check the name with `ip link`; ccload works in the network namespace it runs in (nsenter --net=/run/netns/NS ccload ... for another)",
 			nil, "no interface %q in this network namespace", cfg.Iface)
 	}
+	if err := qdisc.RequireEthernet(cfg.Iface, "the INT hop"); err != nil {
+		return nil, err
+	}
 	ns, err := pin.CurrentNetns()
 	if err != nil {
 		return nil, err

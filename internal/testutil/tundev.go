@@ -13,23 +13,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// WithFragsTap runs fn on a locked thread in a new network namespace that
-// holds one tap device, name, up, and removes both when fn returns. The
-// device is made so that the kernel receives a frame's headers outside
-// the skb's linear part: BPF_PROG_TEST_RUN always builds a linear skb, and
-// veth forwards the linear skbs TCP builds, so this is how a test meets
-// what some drivers deliver. With IFF_NAPI_FRAGS each part of a write
-// after the first lands in a page fragment, and with GRO off nothing pulls
-// the headers up before tc ingress runs. write sends one frame as parts
-// (empty ones left out).
-//
-// fn runs on another goroutine than the test's: it reports with t.Error
-// and returns, never t.Fatal. WithFragsTap skips without root or without
-// /dev/net/tun.
-func WithFragsTap(t testing.TB, name string, fn func(write func(parts ...[]byte) error)) {
+// InNewNetns runs fn on a locked thread in a new network namespace, and
+// returns the thread to the test's namespace afterwards; the namespace
+// goes away with the last device in it. fn runs on another goroutine than
+// the test's: it reports with t.Error and returns, never t.Fatal.
+// InNewNetns skips without root.
+func InNewNetns(t testing.TB, fn func()) {
 	t.Helper()
 	RequireRoot(t)
-	RequireFile(t, "/dev/net/tun", "the tun driver (CONFIG_TUN), which makes frames with split headers")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -52,6 +43,30 @@ func WithFragsTap(t testing.TB, name string, fn func(write func(parts ...[]byte)
 				runtime.UnlockOSThread()
 			}
 		}()
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the work in the test's netns did not finish in a minute")
+	}
+}
+
+// WithFragsTap runs fn as InNewNetns does, with one tap device, name, up
+// in the namespace; the device goes when fn returns. The device is made
+// so that the kernel receives a frame's headers outside the skb's linear
+// part: BPF_PROG_TEST_RUN always builds a linear skb, and veth forwards
+// the linear skbs TCP builds, so this is how a test meets what some
+// drivers deliver. With IFF_NAPI_FRAGS each part of a write after the
+// first lands in a page fragment, and with GRO off nothing pulls the
+// headers up before tc ingress runs. write sends one frame as parts
+// (empty ones left out). WithFragsTap skips without root or without
+// /dev/net/tun.
+func WithFragsTap(t testing.TB, name string, fn func(write func(parts ...[]byte) error)) {
+	t.Helper()
+	RequireRoot(t)
+	RequireFile(t, "/dev/net/tun", "the tun driver (CONFIG_TUN), which makes frames with split headers")
+	InNewNetns(t, func() {
 		tap, err := openFragsTap(name)
 		if err != nil {
 			t.Error(err)
@@ -74,36 +89,49 @@ func WithFragsTap(t testing.TB, name string, fn func(write func(parts ...[]byte)
 			}
 			return nil
 		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		t.Fatalf("the work on tap %s did not finish in a minute", name)
+	})
+}
+
+// OpenTun creates the layer-3 tun device name (IFF_TUN: no Ethernet
+// header) in the calling thread's network namespace. It goes away when
+// the returned file is closed.
+func OpenTun(name string) (*os.File, error) {
+	return openTun(name, unix.IFF_TUN|unix.IFF_NO_PI)
+}
+
+// openTun creates the tun or tap device name with flags.
+func openTun(name string, flags uint16) (_ *os.File, err error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
 	}
+	dev := os.NewFile(uintptr(fd), "/dev/net/tun")
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("create tun device %s (flags %#x): %w", name, flags, err)
+	}
+	return dev, nil
 }
 
 // openFragsTap creates the tap device name in the calling thread's network
 // namespace, with IFF_NAPI_FRAGS, GRO off and the link up. The device
 // goes away when the returned file is closed.
 func openFragsTap(name string) (_ *os.File, err error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	tap, err := openTun(name, unix.IFF_TAP|unix.IFF_NO_PI|unix.IFF_NAPI|unix.IFF_NAPI_FRAGS)
 	if err != nil {
-		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+		return nil, err
 	}
-	tap := os.NewFile(uintptr(fd), "/dev/net/tun")
 	defer func() {
 		if err != nil {
 			tap.Close()
 		}
 	}()
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return nil, err
-	}
-	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_NAPI | unix.IFF_NAPI_FRAGS)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		return nil, fmt.Errorf("create tap %s with IFF_NAPI_FRAGS: %w", name, err)
-	}
 	sock, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
