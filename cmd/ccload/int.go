@@ -378,7 +378,7 @@ Exit status: 0 on success (and for --off on an interface without a hop),
 			return nil
 		},
 	}
-	c.Flags().StringVar(&f.iface, "iface", "", "the forwarding interface")
+	c.Flags().StringVar(&f.iface, "iface", "", "the forwarding interface: an Ethernet one (veth, NIC, bridge), not a tunnel's layer-3 device")
 	c.Flags().StringVar(&f.rate, "rate", "", "the shaper's rate on the interface (an INT rate code)")
 	c.Flags().StringVar(&f.buffer, "buffer", "1MiB", "the shaper's queue limit")
 	c.Flags().StringVar(&f.burst, "burst", "1514", "the shaper's bucket (htb/tbf burst)")

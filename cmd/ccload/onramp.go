@@ -103,7 +103,7 @@ Running it again on the same interface updates the parameters in place.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&iface, "iface", "", "the interface whose egress On-Ramp paces (required)")
+	c.Flags().StringVar(&iface, "iface", "", "the Ethernet interface whose egress On-Ramp paces (required; not a tunnel's layer-3 device)")
 	c.Flags().StringSliceVar(&peers, "peers", nil, "the datacenter's prefixes; only connections to them are stamped")
 	c.Flags().StringVar(&threshold, "threshold", "50us", "one-way delay above which a flow pauses, or auto")
 	c.Flags().StringVar(&gain, "gain", "1/16", "EWMA gain of β, in (0, 1]")
