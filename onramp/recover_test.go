@@ -445,10 +445,7 @@ func mapOf(t *testing.T, id ebpf.ProgramID, name string) ebpf.MapID {
 func TestEnableRefusesLayer3Device(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireFile(t, "/dev/net/tun", "the tun driver (CONFIG_TUN), for a layer-3 device")
-	host := kernel.DefaultHost()
-	host.PinDir = fmt.Sprintf("ccload-test-%d-layer3", os.Getpid())
-	t.Cleanup(func() { os.RemoveAll(host.PinRoot()) })
-	o := New(host)
+	o := New(testutil.Host(t))
 	testutil.InNewNetns(t, func() {
 		tun, err := testutil.OpenTun("ccl-l3")
 		if err != nil {

@@ -28,9 +28,7 @@ func RequireEthernet(iface, user string) error {
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
-			return kernel.NewError(kernel.KindBadParam,
-				"check the name with `ip link` in the network namespace ccload runs in", unix.ENODEV,
-				"interface %s does not exist", iface)
+			return lookupError(iface, unix.ENODEV)
 		}
 		return fmt.Errorf("read the link type of %s: %w", iface, err)
 	}
