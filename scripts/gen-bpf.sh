@@ -17,17 +17,31 @@ check=false
 # Every package with a go:generate for bpf2go.
 pkgs=(loader qdisc telemetry/sockops telemetry/hop bench/perack clocksync onramp)
 
+tmp="" gen=""
+trap 'rm -rf ${gen:+"$gen"} ${tmp:+"$tmp"}' EXIT
 if $check; then
 	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
 	for pkg in "${pkgs[@]}"; do
 		mkdir -p "$tmp/$pkg"
 		cp "$pkg"/*_bpfel.o "$pkg"/*_bpfel.go "$tmp/$pkg"/
 	done
 fi
 
+# bpf2go hands clang absolute paths, and clang-19's BTF depends on how
+# long the paths are: two types in onramp/onramp_sockops_bpfel.o trade
+# places between a checkout at a path of up to 11 characters and one at 12
+# or more (in the checkouts tried; a symlink of a fixed path did not help,
+# clang also uses the real working directory). So the sources are copied to a directory whose
+# path has one length, /tmp/ccload-gen.XXXXXXXX, and built there; the
+# objects are the same bytes wherever the checkout is.
+gen=$(mktemp -d /tmp/ccload-gen.XXXXXXXX)
+cp go.mod go.sum "$gen"/
+cp -r bpf "$gen"/
 for pkg in "${pkgs[@]}"; do
-	(cd "$pkg" && go generate .)
+	mkdir -p "$gen/$pkg"
+	cp "$pkg"/*.go "$gen/$pkg"/
+	(cd "$gen/$pkg" && go generate .)
+	cp "$gen/$pkg"/*_bpfel.o "$gen/$pkg"/*_bpfel.go "$pkg"/
 done
 
 if $check; then
