@@ -155,6 +155,11 @@ type OnRampConfig struct {
 	// statistics add two clock reads to every program run, which changes
 	// what the run measures (docs/benchmarks.md, On-Ramp).
 	BPFCosts bool
+	// CCHolds attaches the CCs that have the parameter onramp_holds
+	// (theta_powertcp, powertcp) with it set, so that they take On-Ramp's
+	// holds out of their RTT samples (docs/onramp.md). Like host_bw, it
+	// only reaches a CC the bench attaches itself.
+	CCHolds bool
 	// SampleInterval is the bottleneck queue's sampling interval.
 	SampleInterval time.Duration
 	// Seed is the workload seed of the first repeat.

@@ -41,8 +41,12 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	fmt.Fprintf(w, "  requests: %d x %d KiB responses, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; 1 long flow; %v per run, %s\n",
 		wl.Fanout, wl.ResponseBytes>>10, wl.RequestRate, wl.IncastLoad, wl.RequestsFromSeconds, wl.BackgroundLoad, bgCap,
 		t.BackgroundSenders, time.Duration(wl.DurationSeconds*float64(time.Second)), repeats)
-	fmt.Fprintf(w, "  On-Ramp: T %v, max pause %v, gain %g, on %d interfaces (every sender and the client)\n",
-		time.Duration(o.ThresholdNs), time.Duration(o.MaxPauseNs), o.Gain, o.Interfaces)
+	holds := ""
+	if o.CCHolds {
+		holds = "; the CCs that can take its holds out of their RTT samples (onramp_holds=1)"
+	}
+	fmt.Fprintf(w, "  On-Ramp: T %v, max pause %v, gain %g, on %d interfaces (every sender and the client)%s\n",
+		time.Duration(o.ThresholdNs), time.Duration(o.MaxPauseNs), o.Gain, o.Interfaces, holds)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	buckets := []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge}
@@ -50,7 +54,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	for _, b := range buckets {
 		head = append(head, "bg FCT p99 ms "+b)
 	}
-	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "pauses", "paused s", "cpu %")
+	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "pauses", "paused s", "RTT held %", "cpu %")
 	costs := o.BPFStats
 	if costs {
 		head = append(head, "On-Ramp BPF %")
@@ -71,14 +75,15 @@ func (r *OnRampReport) Table(w io.Writer) error {
 				failed++
 			}
 		}
-		pauses, paused, orBPF := "-", "-", "-"
+		pauses, paused, held, orBPF := "-", "-", "-", "-"
 		if v.OnRamp {
 			pauses, paused = f("pauses", scaled(1, "%.0f")), f("pause_seconds", scaled(1, "%.2f"))
+			held = f("rtt_held_share", scaled(100, "%.1f"))
 			orBPF = f("onramp_bpf_busy", scaled(100, "%.2f"))
 		}
 		row = append(row, f("long_flow_bps", scaled(1e-6, "%.1f")), f("utilization", scaled(100, "%.0f")),
 			f("queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")), f("retransmits", scaled(1, "%.0f")),
-			pauses, paused, f("cpu_busy", scaled(100, "%.0f")))
+			pauses, paused, held, f("cpu_busy", scaled(100, "%.0f")))
 		if costs {
 			row = append(row, orBPF)
 		}
@@ -96,6 +101,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	} else {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run.")
 	}
+	fmt.Fprintln(w, "RTT held: the share of the CC's RTT samples it took without the time On-Ramp held their segment (θ-PowerTCP; - for a CC that keeps no count).")
 	if res.Repeat > 1 {
 		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
 	}

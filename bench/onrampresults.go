@@ -103,6 +103,9 @@ type OnRampSettings struct {
 	// BPFStats says the runs timed every BPF program with the kernel's
 	// BPF statistics (OnRampConfig.BPFCosts).
 	BPFStats bool `json:"bpf_stats,omitempty"`
+	// CCHolds says the CCs that can ran with onramp_holds=1
+	// (OnRampConfig.CCHolds).
+	CCHolds bool `json:"cc_holds,omitempty"`
 }
 
 // OnRampVariant is one CC without or with On-Ramp, over every repeat.
@@ -217,6 +220,9 @@ type OnRampRun struct {
 	BPF []ProgramCost `json:"bpf,omitempty"`
 	// OnRamp is On-Ramp's counters over the run; absent without it.
 	OnRamp *OnRampCounters `json:"onramp,omitempty"`
+	// CCCounters are ccload's CC's own counters over the run (loader.Stats:
+	// acks, rtt_samples, rtt_held, ...); absent for a kernel CC.
+	CCCounters map[string]uint64 `json:"cc_counters,omitempty"`
 }
 
 // OnRampCounters are On-Ramp's counters over one run (onramp.Status):

@@ -22,6 +22,7 @@ import (
 	"github.com/ccload/ccload/bench/workload"
 	"github.com/ccload/ccload/clocksync"
 	"github.com/ccload/ccload/internal/kernel"
+	"github.com/ccload/ccload/internal/sharedmaps"
 	"github.com/ccload/ccload/internal/units"
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/onramp"
@@ -112,7 +113,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 	r := &onrampRunner{
 		runner: &runner{cfg: base, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{},
 			params: map[string]map[string]string{}, ecn: map[string]bool{}},
-		ocfg: cfg, or: onramp.New(pins), pins: pins,
+		ocfg: cfg, or: onramp.New(pins, onramp.WithSharedMaps(sharedmaps.New(l.Host()))), pins: pins,
 	}
 	if cfg.BPFCosts {
 		r.costs = newProgramCosts()
@@ -235,10 +236,17 @@ func (r *onrampRunner) ccParams() func(*loader.CC) map[string]string {
 		}
 	}
 	return func(cc *loader.CC) map[string]string {
-		if _, has := cc.Param(hostBWParam); has && !attached[cc.Name] {
-			return map[string]string{hostBWParam: units.FormatBandwidth(r.ocfg.RateBps)}
+		if attached[cc.Name] {
+			return nil
 		}
-		return nil
+		params := map[string]string{}
+		if _, has := cc.Param(hostBWParam); has {
+			params[hostBWParam] = units.FormatBandwidth(r.ocfg.RateBps)
+		}
+		if _, has := cc.Param(onrampHoldsParam); has && r.ocfg.CCHolds {
+			params[onrampHoldsParam] = "1"
+		}
+		return params
 	}
 }
 
@@ -320,7 +328,8 @@ func (r *onrampRunner) header() OnRampResults {
 			BackgroundLoad: c.Load, BackgroundMaxBytes: bgMax, LongFlows: 1,
 			SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed},
 		OnRamp: OnRampSettings{ThresholdNs: uint64(c.Threshold), MaxPauseNs: uint64(c.MaxPause), Gain: c.Gain,
-			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts},
+			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts,
+			CCHolds: c.CCHolds},
 		Repeat:  c.Repeat,
 		Targets: OnRampTargets{RCTRatio: OnRampTargetRCTRatio, RCTCC: OnRampTargetCC, LongFlowLoss: OnRampTargetLongFlowLoss, WorseMargin: onrampWorseMargin},
 	}
@@ -668,6 +677,12 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	}
 	defer closeSink()
 	cpuBefore, cpuErr := readCPUTimes()
+	countersBefore := r.ccCounters(v.cc)
+	defer func() {
+		if err == nil {
+			res.CCCounters = counterDelta(countersBefore, r.ccCounters(v.cc))
+		}
+	}()
 	var progsBefore map[ebpf.ProgramID]progCounter
 	if r.costs != nil {
 		progsBefore = r.costs.snapshot()

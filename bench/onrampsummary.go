@@ -45,6 +45,15 @@ func onrampFigures() []onrampFigure {
 		{"cpu_busy", always(func(r OnRampRun) float64 { return r.CPUBusy })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
 		{"pause_seconds", withOnRamp(func(o *OnRampCounters) float64 { return o.PauseSeconds })},
+		// The share of the CC's RTT samples it took without On-Ramp's hold
+		// (rtt_held, θ-PowerTCP); absent for a kernel CC.
+		{"rtt_held_share", func(r OnRampRun) (float64, bool) {
+			c := r.CCCounters
+			if c == nil || c["rtt_samples"] == 0 {
+				return 0, false
+			}
+			return float64(c["rtt_held"]) / float64(c["rtt_samples"]), true
+		}},
 		{"onramp_bpf_busy", func(r OnRampRun) (float64, bool) {
 			if r.OnRamp == nil || r.OnRamp.BPFBusy == nil {
 				return 0, false

@@ -278,6 +278,10 @@ func (r *runner) controlPlane(ctx context.Context) ([]ControlPlane, error) {
 // rate.
 const hostBWParam = "host_bw"
 
+// onrampHoldsParam is the parameter of the power CCs that takes On-Ramp's
+// holds out of their RTT samples (OnRampConfig.CCHolds).
+const onrampHoldsParam = "onramp_holds"
+
 // measureBaseRTT sends a small flow on the idle path and keeps its
 // minimum RTT.
 func (r *runner) measureBaseRTT(ctx context.Context) error {

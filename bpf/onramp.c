@@ -12,7 +12,9 @@
  *                   bpf/onramp_sockops.c): give it its departure time,
  *                   max(its own, the flow's t_next, the flow's last one),
  *                   and turn the PAD into a STAMP: that departure time
- *                   (TAI) and the flow's cumulative pause.
+ *                   (TAI) and the flow's cumulative pause. A held
+ *                   segment marks its socket's holds (onramp.h), so that
+ *                   a CC can take its RTT sample without the hold.
  *                   pure ACK with a 16-byte PAD: turn it into an ECHO of
  *                   the newest stamp received on the flow, if any.
  *   onramp_ingress  STAMP: OWD = rx - (tx - offset), offset the sender's
@@ -79,6 +81,8 @@ struct {
 const struct onramp_trace_event *onramp_trace_event_btf __attribute__((unused));
 
 CLOCK_OFFSETS_MAP;
+
+ONRAMP_HOLDS_MAP;
 
 /* A new peer's first value: too large for the stack. */
 struct {
@@ -210,6 +214,39 @@ static __always_inline void start_from_peer(const struct onramp_flow_key *k, str
 }
 
 /*
+ * A segment held from TCP's time own to dep (ns): marked in its socket's
+ * holds when the newest mark does not already cover it (onramp.h).
+ */
+static __always_inline void mark_hold(struct __sk_buff *skb, __u64 own, __u64 dep)
+{
+	struct onramp_config *cfg = onramp_cfg();
+	struct onramp_hold_mark *m;
+	struct onramp_holds *h;
+	struct bpf_sock *sk;
+	__u64 own_us = own / 1000, grain_us;
+
+	sk = skb->sk;
+	if (!sk || !own || !cfg)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	h = bpf_sk_storage_get(&onramp_holds, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!h)
+		return;
+	if (h->n) {
+		m = &h->mark[(h->n - 1) & (ONRAMP_HOLD_MARKS - 1)];
+		grain_us = cfg->max_pause_ns / (1000 * ONRAMP_HOLD_GRAINS);
+		if (own_us < m->dep_us && own_us < m->own_us + grain_us)
+			return;
+	}
+	m = &h->mark[h->n & (ONRAMP_HOLD_MARKS - 1)];
+	m->own_us = own_us;
+	m->dep_us = dep / 1000;
+	h->n++;
+}
+
+/*
  * A data segment leaving: its departure time and its STAMP. The departure
  * time never goes backwards within a flow: it is at least the last one
  * given, and only ever moved later than the segment's own.
@@ -242,6 +279,7 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 		if (bpf_skb_set_tstamp(skb, dep, EDT_TSTAMP_MONO))
 			skb->tstamp = dep;
 		stat_add(&onramp_stats, ONRAMP_STAT_DELAYED, 1);
+		mark_hold(skb, own, dep);
 	}
 	if (dep > fl->last_dep)
 		fl->last_dep = dep;

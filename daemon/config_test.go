@@ -118,10 +118,10 @@ func TestParamDrift(t *testing.T) {
 		want, cur map[string]string
 		drift     []string
 	}{
-		{"equal", map[string]string{"gamma": "0.9"}, map[string]string{"gamma": "0.9", "base_rtt": "0", "expected_flows": "10", "beta": "0", "host_bw": "1gbit"}, nil},
-		{"same value written differently", map[string]string{"base_rtt": "0.02ms"}, map[string]string{"gamma": "0.9", "base_rtt": "20us", "expected_flows": "10", "beta": "0", "host_bw": "1gbit"}, []string{}},
-		{"named param drifted", map[string]string{"gamma": "0.8"}, map[string]string{"gamma": "0.9", "base_rtt": "0", "expected_flows": "10", "beta": "0"}, []string{"gamma"}},
-		{"unnamed param off its default", nil, map[string]string{"gamma": "0.5", "base_rtt": "0", "expected_flows": "10", "beta": "0"}, []string{"gamma"}},
+		{"equal", map[string]string{"gamma": "0.9"}, map[string]string{"gamma": "0.9", "base_rtt": "0", "expected_flows": "10", "beta": "0", "onramp_holds": "0", "host_bw": "1gbit"}, nil},
+		{"same value written differently", map[string]string{"base_rtt": "0.02ms"}, map[string]string{"gamma": "0.9", "base_rtt": "20us", "expected_flows": "10", "beta": "0", "onramp_holds": "0", "host_bw": "1gbit"}, []string{}},
+		{"named param drifted", map[string]string{"gamma": "0.8"}, map[string]string{"gamma": "0.9", "base_rtt": "0", "expected_flows": "10", "beta": "0", "onramp_holds": "0"}, []string{"gamma"}},
+		{"unnamed param off its default", nil, map[string]string{"gamma": "0.5", "base_rtt": "0", "expected_flows": "10", "beta": "0", "onramp_holds": "0"}, []string{"gamma"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -909,15 +909,16 @@ func (e *killEnv) check(t *testing.T) []string {
 		bad("%d INT sockops programs are attached to the cgroup root, want %d (%d before the test, INT enabled: %v)", n, want, e.sockopsBefore, intOn)
 	}
 
-	// The INT store: held only by what is pinned, and by all of that.
+	// The shared maps (the INT store, On-Ramp's holds): held only by what
+	// is pinned, and by all of that.
 	holders, _ := os.ReadDir(filepath.Join(root, "shared", "holders"))
 	held := names(holders)
 	if kernel.Exists(filepath.Join(root, "shared")) {
-		if !kernel.Exists(filepath.Join(root, "shared", "int_store")) {
-			bad("the INT store's directory is left without the store")
+		if !kernel.Exists(filepath.Join(root, "shared", "int_store")) && !kernel.Exists(filepath.Join(root, "shared", "onramp_holds")) {
+			bad("the shared maps' directory is left without a map")
 		}
 		if len(held) == 0 {
-			bad("the INT store is pinned, and nothing holds it")
+			bad("shared maps are pinned, and nothing holds them")
 		}
 	}
 	for _, h := range held {
@@ -926,12 +927,15 @@ func (e *killEnv) check(t *testing.T) []string {
 			owner = intDir
 		}
 		if !kernel.Exists(owner) {
-			bad("%s holds the INT store, and is not pinned", h)
+			bad("%s holds the shared maps, and is not pinned", h)
 		}
 	}
-	for owner, h := range map[string]string{intDir: "int", filepath.Join(root, killINTCC): killINTCC} {
+	for owner, h := range map[string]string{
+		intDir: "int", filepath.Join(root, killINTCC): killINTCC, filepath.Join(root, killCC): killCC,
+		filepath.Join(root, "onramp"): "onramp",
+	} {
 		if kernel.Exists(owner) && !slices.Contains(held, h) {
-			bad("%s is pinned, and not among the INT store's holders %v", h, held)
+			bad("%s is pinned, and not among the shared maps' holders %v", h, held)
 		}
 	}
 

@@ -11,8 +11,9 @@
 // constants set in it), its number, and its struct_ops map's ID. The
 // kernel and these pins are the only state: the Loader itself holds none
 // between calls. The CCs that read INT (powertcp, hpcc) share the INT
-// store with the INT sockops program; telemetry/sockops owns it, and the
-// Loader gets it through SharedMaps.
+// store with the INT sockops program, and θ-PowerTCP (and powertcp's θ
+// mode) share On-Ramp's holds with On-Ramp's tc programs; internal/sharedmaps
+// owns those maps, and the Loader gets them through SharedMaps.
 //
 // An upgrade (AttachRequest.Replace, Upgrade) registers a new generation
 // under the same name: with one BPF_LINK_UPDATE on the link, or, without

@@ -388,3 +388,101 @@ func registerBehindOurBack(t *testing.T, name string) {
 	}
 	t.Cleanup(func() { lnk.Close() })
 }
+
+// TestSharedMapsOfCCs checks that each CC takes, from the shared maps, the
+// ones its object declares (the INT store for the CCs that read INT,
+// On-Ramp's holds for those that read the RTT), that its programs use the
+// pinned map itself, and that its detach gives them back.
+func TestSharedMapsOfCCs(t *testing.T) {
+	tests := []struct {
+		cc   string
+		want []string
+	}{
+		{"theta_powertcp", []string{mapOnRampHolds}},
+		{"powertcp", []string{mapINTStore, mapOnRampHolds}},
+		{"hpcc", []string{mapINTStore}},
+		{"bpf_dctcp", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cc, func(t *testing.T) {
+			testutil.RequireKernelCC(t, tt.cc)
+			h := testutil.Host(t)
+			store := sockops.NewStore(h)
+			l := New(h, WithSharedMaps(store))
+			if _, err := l.Attach(AttachRequest{Name: tt.cc}); err != nil {
+				t.Fatalf("attach %s: %v", tt.cc, err)
+			}
+			detached := false
+			t.Cleanup(func() {
+				if !detached {
+					_, _ = l.Detach(tt.cc)
+				}
+			})
+			for _, name := range sharedMaps() {
+				path := store.PinPath(name)
+				if !slices.Contains(tt.want, name) {
+					if kernel.Exists(path) {
+						t.Errorf("%s is pinned, but %s does not use it", path, tt.cc)
+					}
+					continue
+				}
+				m, err := ebpf.LoadPinnedMap(path, nil)
+				if err != nil {
+					t.Fatalf("%s uses %s, but it is not pinned: %v", tt.cc, name, err)
+				}
+				info, err := m.Info()
+				m.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				id, _ := info.ID()
+				if n := structOpsProgsUsing(t, id); n == 0 {
+					t.Errorf("no struct_ops program uses the pinned %s (map %d)", name, id)
+				}
+			}
+			holders, err := store.Holders()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			if len(tt.want) > 0 {
+				want = []string{tt.cc}
+			}
+			if !slices.Equal(holders, want) {
+				t.Errorf("holders %v, want %v", holders, want)
+			}
+			if _, err := l.Detach(tt.cc); err != nil {
+				t.Fatal(err)
+			}
+			detached = true
+			if kernel.Exists(store.Dir()) {
+				t.Errorf("%s is left after detaching %s, its only holder", store.Dir(), tt.cc)
+			}
+		})
+	}
+}
+
+// structOpsProgsUsing counts the loaded struct_ops programs that use map id.
+func structOpsProgsUsing(t *testing.T, id ebpf.MapID) int {
+	t.Helper()
+	n := 0
+	for pid := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(pid)
+		if err != nil {
+			return n
+		}
+		pid = next
+		p, err := ebpf.NewProgramFromID(pid)
+		if err != nil {
+			continue // unloaded meanwhile
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil || info.Type != ebpf.StructOps {
+			continue
+		}
+		if ids, ok := info.MapIDs(); ok && slices.Contains(ids, id) {
+			n++
+		}
+	}
+}

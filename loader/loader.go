@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,14 +23,15 @@ import (
 type Loader struct {
 	host   kernel.Host
 	reg    kernel.Registration // forced registration mode; "" = best available
-	shared SharedMaps          // the INT store, for CCs that read INT
+	shared SharedMaps          // the maps CCs share with INT and On-Ramp
 	build  uint32              // ccload_build set in the objects (WithBuildVersion)
 }
 
-// SharedMaps lends the CCs that read INT (CC.UsesINT) the map they share
-// with the INT sockops program, which fills it. The INT side
-// (telemetry/sockops) owns that map and implements this interface; the
-// loader knows it only through it, and neither package imports the other.
+// SharedMaps lends the CCs the maps they share with programs that other
+// commands attach: the INT store, which the INT sockops program fills and
+// powertcp and hpcc read (CC.UsesINT), and On-Ramp's holds, which On-Ramp's
+// tc programs fill and θ-PowerTCP reads. internal/sharedmaps owns those
+// maps and implements this interface; the loader knows it only through it.
 type SharedMaps interface {
 	// Acquire returns the shared map, creating and pinning it from spec
 	// when nothing holds it yet, and records holder (the CC's name) as one
@@ -48,8 +50,9 @@ func WithRegistration(r kernel.Registration) Option {
 	return func(l *Loader) { l.reg = r }
 }
 
-// WithSharedMaps gives the Loader the INT store that powertcp and hpcc
-// share with the INT sockops program. Without it they cannot be attached.
+// WithSharedMaps gives the Loader the maps the CCs share with INT and
+// On-Ramp. Without it powertcp and hpcc cannot be attached, and
+// θ-PowerTCP gets holds of its own, which On-Ramp never fills.
 func WithSharedMaps(s SharedMaps) Option {
 	return func(l *Loader) { l.shared = s }
 }
@@ -342,7 +345,7 @@ func (l *Loader) loadCC(cc *CC, f *kernel.Features, reg kernel.Registration, o l
 	}
 	if o.reuseFrom != "" {
 		for name, ms := range spec.Maps {
-			if strings.HasPrefix(name, ".") || name == cc.opsMap || name == mapStats || name == mapINTStore {
+			if strings.HasPrefix(name, ".") || name == cc.opsMap || name == mapStats || slices.Contains(sharedMaps(), name) {
 				continue
 			}
 			m, err := ebpf.LoadPinnedMap(filepath.Join(o.reuseFrom, name), nil)
@@ -381,17 +384,21 @@ func (l *Loader) loadCC(cc *CC, f *kernel.Features, reg kernel.Registration, o l
 		}
 		spec.Maps[mapParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: buf}}
 	}
-	if cc.UsesINT {
-		if l.shared == nil {
-			return nil, kernel.NewError(kernel.KindBadObject, "this is a bug in ccload: report it", nil,
-				"%s reads INT, but this loader was made without the INT store (loader.WithSharedMaps)", cc.Name)
+	if cc.UsesINT && l.shared == nil {
+		return nil, kernel.NewError(kernel.KindBadObject, "this is a bug in ccload: report it", nil,
+			"%s reads INT, but this loader was made without the INT store (loader.WithSharedMaps)", cc.Name)
+	}
+	for _, name := range sharedMaps() {
+		ms, ok := spec.Maps[name]
+		if !ok || l.shared == nil {
+			continue
 		}
-		store, err := l.shared.Acquire(cc.Name, spec.Maps[mapINTStore])
+		m, err := l.shared.Acquire(cc.Name, ms)
 		if err != nil {
 			return nil, err
 		}
-		defer store.Close()
-		opts.MapReplacements[mapINTStore] = store
+		defer m.Close()
+		opts.MapReplacements[name] = m
 	}
 	if ld.coll, err = ebpf.NewCollectionWithOptions(spec, opts); err != nil {
 		return nil, kernel.LoadError(cc.Name, err)
@@ -435,9 +442,9 @@ func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, v
 		}
 		// Last, once our handles are closed: wait until the kernel has
 		// let go of the name, so that a failed attach can be retried,
-		// and give the INT store back.
+		// and give the shared maps back.
 		_ = waitUnregistered(l.host.ProcSys, cc.Name, time.Second)
-		if cc.UsesINT && l.shared != nil {
+		if l.shared != nil {
 			_ = l.shared.Release(cc.Name)
 		}
 	}()
@@ -456,9 +463,9 @@ func (l *Loader) register(cc *CC, f *kernel.Features, reg kernel.Registration, v
 		return rec, err
 	}
 	defer stage.Abort()
-	// Every map but the struct_ops one and the shared INT store: params,
+	// Every map but the struct_ops one and the shared ones: params,
 	// stats, and the trace ring buffer and switch where the CC has them.
-	if err := stage.PinMaps(ld.coll.Maps, cc.opsMap, mapINTStore); err != nil {
+	if err := stage.PinMaps(ld.coll.Maps, append([]string{cc.opsMap}, sharedMaps()...)...); err != nil {
 		return rec, fmt.Errorf("pin %s: %w", cc.Name, err)
 	}
 	if err := pinMetaAt(stage.Path(pinMeta), rec); err != nil {
@@ -758,7 +765,7 @@ func (l *Loader) Detach(name string) (*DetachResult, error) {
 	if err := waitUnregistered(l.host.ProcSys, name, time.Second); err != nil {
 		return nil, err
 	}
-	if cc.UsesINT && l.shared != nil {
+	if l.shared != nil {
 		if err := l.shared.Release(cc.Name); err != nil {
 			return nil, fmt.Errorf("detach %s: %w", name, err)
 		}

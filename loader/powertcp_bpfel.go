@@ -18,6 +18,7 @@ import (
 const (
 	powertcpMapEvents                     = "events"
 	powertcpMapIntStore                   = "int_store"
+	powertcpMapOnrampHolds                = "onramp_holds"
 	powertcpMapParams                     = "params"
 	powertcpMapPowerHist                  = "power_hist"
 	powertcpMapPowertcp                   = "powertcp"
@@ -89,13 +90,14 @@ type powertcpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type powertcpMapSpecs struct {
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	IntStore  *ebpf.MapSpec `ebpf:"int_store"`
-	Params    *ebpf.MapSpec `ebpf:"params"`
-	PowerHist *ebpf.MapSpec `ebpf:"power_hist"`
-	Powertcp  *ebpf.MapSpec `ebpf:"powertcp"`
-	Stats     *ebpf.MapSpec `ebpf:"stats"`
-	TraceOn   *ebpf.MapSpec `ebpf:"trace_on"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	IntStore    *ebpf.MapSpec `ebpf:"int_store"`
+	OnrampHolds *ebpf.MapSpec `ebpf:"onramp_holds"`
+	Params      *ebpf.MapSpec `ebpf:"params"`
+	PowerHist   *ebpf.MapSpec `ebpf:"power_hist"`
+	Powertcp    *ebpf.MapSpec `ebpf:"powertcp"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	TraceOn     *ebpf.MapSpec `ebpf:"trace_on"`
 }
 
 // powertcpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -126,19 +128,21 @@ func (o *powertcpObjects) Close() error {
 //
 // It can be passed to loadPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type powertcpMaps struct {
-	Events    *ebpf.Map `ebpf:"events"`
-	IntStore  *ebpf.Map `ebpf:"int_store"`
-	Params    *ebpf.Map `ebpf:"params"`
-	PowerHist *ebpf.Map `ebpf:"power_hist"`
-	Powertcp  *ebpf.Map `ebpf:"powertcp"`
-	Stats     *ebpf.Map `ebpf:"stats"`
-	TraceOn   *ebpf.Map `ebpf:"trace_on"`
+	Events      *ebpf.Map `ebpf:"events"`
+	IntStore    *ebpf.Map `ebpf:"int_store"`
+	OnrampHolds *ebpf.Map `ebpf:"onramp_holds"`
+	Params      *ebpf.Map `ebpf:"params"`
+	PowerHist   *ebpf.Map `ebpf:"power_hist"`
+	Powertcp    *ebpf.Map `ebpf:"powertcp"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	TraceOn     *ebpf.Map `ebpf:"trace_on"`
 }
 
 func (m *powertcpMaps) Close() error {
 	return _PowertcpClose(
 		m.Events,
 		m.IntStore,
+		m.OnrampHolds,
 		m.Params,
 		m.PowerHist,
 		m.Powertcp,

@@ -44,7 +44,15 @@ const (
 	mapEvents   = thetaPowertcpMapEvents
 	mapTraceOn  = thetaPowertcpMapTraceOn
 	mapINTStore = powertcpMapIntStore
+	// On-Ramp's holds (ONRAMP_HOLDS_MAP in bpf/include/onramp.h), which
+	// θ-PowerTCP reads to take its RTT samples without On-Ramp's pauses.
+	mapOnRampHolds = thetaPowertcpMapOnrampHolds
 )
+
+// sharedMaps are the maps a CC shares with objects that other commands
+// load (INT's sockops program, On-Ramp's tc programs), through the
+// Loader's SharedMaps: a CC's pin set never holds them.
+func sharedMaps() []string { return []string{mapINTStore, mapOnRampHolds} }
 
 // Param returns the spec of the named parameter.
 func (c *CC) Param(name string) (ParamSpec, bool) {
@@ -135,6 +143,9 @@ func powerParams() []ParamSpec {
 		{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
 			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows, at least one MSS (powertcp: τ without the GSO floor)",
 			Doc: "additive increase β per RTT"},
+		{Name: "onramp_holds", Field: "onramp_holds", Unit: UnitCount, Default: "0",
+			Min: 1, Max: 1, Zero: "RTT samples as TCP takes them, On-Ramp's pauses included",
+			Doc: "1: take the time On-Ramp held a segment out of its RTT sample (θ mode; docs/onramp.md)"},
 	}
 }
 

@@ -24,6 +24,7 @@ var statNames = [...]string{
 	"hist_starts",
 	"repairs",
 	"build_inits",
+	"rtt_held",
 }
 
 // Stats are a CC's counters, summed over CPUs, keyed by name.

@@ -34,6 +34,7 @@ type thetaPowertcpCcTraceEvent struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	thetaPowertcpMapEvents                          = "events"
+	thetaPowertcpMapOnrampHolds                     = "onramp_holds"
 	thetaPowertcpMapParams                          = "params"
 	thetaPowertcpMapPowerHist                       = "power_hist"
 	thetaPowertcpMapStats                           = "stats"
@@ -106,6 +107,7 @@ type thetaPowertcpProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type thetaPowertcpMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	OnrampHolds   *ebpf.MapSpec `ebpf:"onramp_holds"`
 	Params        *ebpf.MapSpec `ebpf:"params"`
 	PowerHist     *ebpf.MapSpec `ebpf:"power_hist"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
@@ -142,6 +144,7 @@ func (o *thetaPowertcpObjects) Close() error {
 // It can be passed to loadThetaPowertcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type thetaPowertcpMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
+	OnrampHolds   *ebpf.Map `ebpf:"onramp_holds"`
 	Params        *ebpf.Map `ebpf:"params"`
 	PowerHist     *ebpf.Map `ebpf:"power_hist"`
 	Stats         *ebpf.Map `ebpf:"stats"`
@@ -152,6 +155,7 @@ type thetaPowertcpMaps struct {
 func (m *thetaPowertcpMaps) Close() error {
 	return _ThetaPowertcpClose(
 		m.Events,
+		m.OnrampHolds,
 		m.Params,
 		m.PowerHist,
 		m.Stats,

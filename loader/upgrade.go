@@ -302,7 +302,7 @@ func (l *Loader) stageNext(cc *CC, ld *loadedCC, rec metaRecord) error {
 		return err
 	}
 	defer stage.Abort()
-	skip := []string{cc.opsMap, mapINTStore}
+	skip := append([]string{cc.opsMap}, sharedMaps()...)
 	for name := range ld.reused {
 		skip = append(skip, name)
 	}

@@ -52,6 +52,7 @@ var ccCounters = [...]counterDef{
 	{"hist_starts", "history_starts_total", "Flows that started from a recent flow's rate (PowerTCP)."},
 	{"repairs", "window_repairs_total", "Windows repaired after a callback the kernel skipped (DCTCP)."},
 	{"build_inits", "build_sockets_initialized_total", "Sockets started by a build with a non-zero ccload_build constant (upgrade tests)."},
+	{"rtt_held", "rtt_samples_without_hold_total", "RTT samples taken without the time On-Ramp held their segment back (theta-PowerTCP)."},
 }
 
 // intCounters are the counters of bpf/int_sockops.c's enum int_stat, by

@@ -13,6 +13,7 @@ import (
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/percpu"
 	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/sharedmaps"
 	"github.com/ccload/ccload/qdisc"
 )
 
@@ -43,9 +44,16 @@ const Priority = qdisc.DefaultPriority + 1
 // host. Like the loader it keeps no state of its own: everything is in the
 // kernel and in bpffs pins.
 type OnRamp struct {
-	host kernel.Host
-	salt uint32 // see WithBuildSalt
+	host   kernel.Host
+	salt   uint32            // see WithBuildSalt
+	shared *sharedmaps.Store // the holds map it shares with θ-PowerTCP
 }
+
+// holdsHolder is On-Ramp's name among the holders of the shared maps
+// (internal/sharedmaps): one hold for all its interfaces, taken by each
+// attach and upgrade, and given back when On-Ramp's directory goes, so
+// that recovery can tell it alive by that directory (<pin root>/onramp).
+const holdsHolder = onrampDir
 
 // A NewOption configures the OnRamp that New returns.
 type NewOption func(*OnRamp)
@@ -56,9 +64,15 @@ type NewOption func(*OnRamp)
 // in place. It is for tests of the upgrade; salt 0 is the plain build.
 func WithBuildSalt(salt uint32) NewOption { return func(o *OnRamp) { o.salt = salt } }
 
+// WithSharedMaps makes the OnRamp share its holds map through s instead
+// of the shared maps of its own pin root: the bench, whose On-Ramp pins
+// live apart from the CCs' pin root, passes the CCs' so that θ-PowerTCP
+// reads the holds this On-Ramp writes.
+func WithSharedMaps(s *sharedmaps.Store) NewOption { return func(o *OnRamp) { o.shared = s } }
+
 // New returns an OnRamp acting on host.
 func New(host kernel.Host, opts ...NewOption) *OnRamp {
-	o := &OnRamp{host: host}
+	o := &OnRamp{host: host, shared: sharedmaps.New(host)}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -231,9 +245,14 @@ func (o *OnRamp) attachPrograms(key pin.IfaceKey, cfg Config) (notes []string, e
 		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded On-Ramp object")
 	}
 	spec.Maps[onrampMapOnrampParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: cfg.params()}}
+	holds, err := o.shared.Acquire(holdsHolder, spec.Maps[onrampMapOnrampHolds])
+	if err != nil {
+		return nil, err
+	}
+	defer holds.Close()
 	var objs onrampObjects
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{onrampMapClockOffsets: clock},
+		MapReplacements: map[string]*ebpf.Map{onrampMapClockOffsets: clock, onrampMapOnrampHolds: holds},
 	}); err != nil {
 		return nil, kernel.LoadError("On-Ramp's tc programs", err)
 	}
@@ -449,10 +468,14 @@ func (o *OnRamp) removeInstance(k pin.IfaceKey) error {
 }
 
 // tidy removes On-Ramp's directories that are left empty, and its root
-// once nothing is left in it.
+// once nothing is left in it, and with the root its hold on the shared
+// maps (a failure to give it back leaves a holder that recovery drops).
 func (o *OnRamp) tidy() {
 	for _, d := range []string{o.holdersDir(), o.fqDir(), o.root()} {
 		_ = os.Remove(d) // only when empty
+	}
+	if !kernel.Exists(o.root()) {
+		_ = o.shared.Release(holdsHolder)
 	}
 }
 

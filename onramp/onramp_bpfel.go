@@ -75,6 +75,16 @@ type onrampOnrampFlowKey struct {
 	V6     uint32
 }
 
+type onrampOnrampHolds struct {
+	_    structs.HostLayout
+	N    uint64
+	Mark [16]struct {
+		_     structs.HostLayout
+		OwnUs uint64
+		DepUs uint64
+	}
+}
+
 type onrampOnrampPeer struct {
 	_          structs.HostLayout
 	Samples    uint64
@@ -111,6 +121,7 @@ type onrampOnrampTraceEvent struct {
 const (
 	onrampMapClockOffsets        = "clock_offsets"
 	onrampMapOnrampFlows         = "onramp_flows"
+	onrampMapOnrampHolds         = "onramp_holds"
 	onrampMapOnrampParams        = "onramp_params"
 	onrampMapOnrampPeerInit      = "onramp_peer_init"
 	onrampMapOnrampPeers         = "onramp_peers"
@@ -174,6 +185,7 @@ type onrampProgramSpecs struct {
 type onrampMapSpecs struct {
 	ClockOffsets   *ebpf.MapSpec `ebpf:"clock_offsets"`
 	OnrampFlows    *ebpf.MapSpec `ebpf:"onramp_flows"`
+	OnrampHolds    *ebpf.MapSpec `ebpf:"onramp_holds"`
 	OnrampParams   *ebpf.MapSpec `ebpf:"onramp_params"`
 	OnrampPeerInit *ebpf.MapSpec `ebpf:"onramp_peer_init"`
 	OnrampPeers    *ebpf.MapSpec `ebpf:"onramp_peers"`
@@ -211,6 +223,7 @@ func (o *onrampObjects) Close() error {
 type onrampMaps struct {
 	ClockOffsets   *ebpf.Map `ebpf:"clock_offsets"`
 	OnrampFlows    *ebpf.Map `ebpf:"onramp_flows"`
+	OnrampHolds    *ebpf.Map `ebpf:"onramp_holds"`
 	OnrampParams   *ebpf.Map `ebpf:"onramp_params"`
 	OnrampPeerInit *ebpf.Map `ebpf:"onramp_peer_init"`
 	OnrampPeers    *ebpf.Map `ebpf:"onramp_peers"`
@@ -223,6 +236,7 @@ func (m *onrampMaps) Close() error {
 	return _OnrampClose(
 		m.ClockOffsets,
 		m.OnrampFlows,
+		m.OnrampHolds,
 		m.OnrampParams,
 		m.OnrampPeerInit,
 		m.OnrampPeers,

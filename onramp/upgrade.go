@@ -92,8 +92,8 @@ func (o *OnRamp) upgradeTC(k pin.IfaceKey) (reattach bool, notes []string, err e
 }
 
 // loadOnPinned loads this build's tc programs on the maps pinned in dir,
-// an interface's pin set of the calling thread's network namespace, and
-// on the namespace's clock map. An error that wraps
+// an interface's pin set of the calling thread's network namespace, on
+// the namespace's clock map and on the shared holds map. An error that wraps
 // ebpf.ErrMapIncompatible says that this build's maps differ from those.
 func (o *OnRamp) loadOnPinned(dir string) (*onrampObjects, error) {
 	spec, err := loadOnramp()
@@ -114,6 +114,11 @@ func (o *OnRamp) loadOnPinned(dir string) (*onrampObjects, error) {
 		return nil, err
 	}
 	maps[onrampMapClockOffsets] = clock
+	holds, err := o.shared.Acquire(holdsHolder, spec.Maps[onrampMapOnrampHolds])
+	if err != nil {
+		return nil, err
+	}
+	maps[onrampMapOnrampHolds] = holds // closed with the others
 	var objs onrampObjects
 	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {

@@ -47,7 +47,7 @@ func guestPackages() []testPackage {
 			"TestAttachDetachLifecycle", "TestAttachUpdatesParamsWhenAttached", "TestAttachErrors",
 			"TestNotAttachedErrors", "TestStatusChecks", "TestAttachDefault",
 			"TestSelectCongControl", "TestParamLayoutMatchesBTF", "TestObjectMapNames",
-			"TestUpgradeInPlace", "TestUpgradeOtherNetnsDefault", "TestUpgradeKilled",
+			"TestUpgradeInPlace", "TestUpgradeOtherNetnsDefault", "TestUpgradeKilled", "TestSharedMapsOfCCs",
 		}, "|") + ")$"},
 		{name: "sockops", path: "telemetry/sockops", tests: "^TestEnableDisable$"},
 		{name: "hop", path: "telemetry/hop", tests: "^(TestHopOnCraftedPackets|TestHopOnSplitHeaders)$"},

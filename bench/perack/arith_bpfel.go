@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	arithMapEvents           = "events"
+	arithMapOnrampHolds      = "onramp_holds"
 	arithMapParams           = "params"
 	arithMapPowerHist        = "power_hist"
 	arithMapStats            = "stats"
@@ -90,11 +91,12 @@ type arithProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type arithMapSpecs struct {
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Params    *ebpf.MapSpec `ebpf:"params"`
-	PowerHist *ebpf.MapSpec `ebpf:"power_hist"`
-	Stats     *ebpf.MapSpec `ebpf:"stats"`
-	TraceOn   *ebpf.MapSpec `ebpf:"trace_on"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	OnrampHolds *ebpf.MapSpec `ebpf:"onramp_holds"`
+	Params      *ebpf.MapSpec `ebpf:"params"`
+	PowerHist   *ebpf.MapSpec `ebpf:"power_hist"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	TraceOn     *ebpf.MapSpec `ebpf:"trace_on"`
 }
 
 // arithVariableSpecs contains global variables before they are loaded into the kernel.
@@ -134,16 +136,18 @@ func (o *arithObjects) Close() error {
 //
 // It can be passed to loadArithObjects or ebpf.CollectionSpec.LoadAndAssign.
 type arithMaps struct {
-	Events    *ebpf.Map `ebpf:"events"`
-	Params    *ebpf.Map `ebpf:"params"`
-	PowerHist *ebpf.Map `ebpf:"power_hist"`
-	Stats     *ebpf.Map `ebpf:"stats"`
-	TraceOn   *ebpf.Map `ebpf:"trace_on"`
+	Events      *ebpf.Map `ebpf:"events"`
+	OnrampHolds *ebpf.Map `ebpf:"onramp_holds"`
+	Params      *ebpf.Map `ebpf:"params"`
+	PowerHist   *ebpf.Map `ebpf:"power_hist"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	TraceOn     *ebpf.Map `ebpf:"trace_on"`
 }
 
 func (m *arithMaps) Close() error {
 	return _ArithClose(
 		m.Events,
+		m.OnrampHolds,
 		m.Params,
 		m.PowerHist,
 		m.Stats,

@@ -246,8 +246,8 @@ static __always_inline __u32 int_max_qlen(const struct int_sk *st)
 
 /*
  * The map that carries struct int_sk. The sockops object and every CC that
- * reads INT declare it; telemetry/sockops owns the one map they share,
- * pinned as /sys/fs/bpf/ccload/shared/int_store, and lends it to the CCs.
+ * reads INT declare it; the one map they share is pinned as
+ * /sys/fs/bpf/ccload/shared/int_store (internal/sharedmaps).
  */
 #define INT_STORE_MAP                                                        \
 	struct {                                                             \

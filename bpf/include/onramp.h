@@ -73,6 +73,74 @@ struct onramp_flow {
 };
 
 /*
+ * Holds, per socket, for the CCs that read the RTT (θ-PowerTCP). TCP takes
+ * a segment's RTT sample from the departure time TCP gave it, so a segment
+ * On-Ramp held back has its hold in its sample. The egress records, in the
+ * socket's storage of the map "onramp_holds", the newest
+ * ONRAMP_HOLD_MARKS marks, in a ring: a segment whose TCP time was own_us
+ * got the later departure dep_us. A held segment writes a mark when its
+ * hold starts after the newest mark's ended, or when its TCP time is at
+ * least a grain (max_pause / ONRAMP_HOLD_GRAINS) after the newest mark's:
+ * a flow whose pause is extended on every echo then has its last
+ * 2 max_pause of holds in the ring, and its samples keep at most about a
+ * grain of the hold, while a mark per extension would cover the last few
+ * echoes only.
+ *
+ * What a reader may conclude: departures never go backwards within a flow
+ * and TCP's times rise in the order it sends, so a segment that TCP timed
+ * at or after a mark's own_us left no earlier than its dep_us. Its RTT
+ * sample, less (dep_us - its time) for the best such mark where that is
+ * positive, is still no shorter than the path's. Times are
+ * CLOCK_MONOTONIC µs, as TCP's own (tcp_mstamp).
+ */
+#define ONRAMP_HOLD_MARKS 16	/* a power of two (indexes are masked) */
+#define ONRAMP_HOLD_GRAINS 8	/* marks per max_pause of a pause held on and on */
+
+struct onramp_hold_mark {
+	__u64 own_us;		/* TCP's departure time of the first segment held */
+	__u64 dep_us;		/* the departure On-Ramp gave it */
+};
+
+struct onramp_holds {
+	__u64 n;		/* marks written; the newest is mark[(n - 1) % ONRAMP_HOLD_MARKS] */
+	struct onramp_hold_mark mark[ONRAMP_HOLD_MARKS];
+};
+
+/*
+ * The map that carries struct onramp_holds. On-Ramp's tc object and the CCs
+ * that read it declare it; the one map they share is pinned as
+ * <pin root>/shared/onramp_holds while any of them holds it
+ * (internal/sharedmaps). A CC loaded without it gets a map of its own that
+ * nothing writes.
+ */
+#define ONRAMP_HOLDS_MAP                                                     \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_SK_STORAGE);                       \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                        \
+		__type(key, int);                                            \
+		__type(value, struct onramp_holds);                          \
+	} onramp_holds SEC(".maps")
+
+/*
+ * How long a segment TCP timed at sent_us (µs, CLOCK_MONOTONIC) was at
+ * least held, by the marks at or before it; 0 when none says.
+ */
+static __always_inline __u64 onramp_held_us(const struct onramp_holds *h, __u64 sent_us)
+{
+	__u64 held = 0;
+	int i;
+
+#pragma clang loop unroll(full)
+	for (i = 0; i < ONRAMP_HOLD_MARKS; i++) {
+		const struct onramp_hold_mark *m = &h->mark[i];
+
+		if (m->own_us <= sent_us && m->dep_us > sent_us + held)
+			held = m->dep_us - sent_us;
+	}
+	return held;
+}
+
+/*
  * One-way delay histogram per peer: log-linear, 8 buckets per power of two
  * (relative width 1/8). Bucket of v ns: 0 for v < 16; else with b the bit
  * length of v, (b - 4) * 8 + the 3 bits after the leading one. The Go side

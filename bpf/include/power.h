@@ -13,6 +13,7 @@
 
 #include "ccload.h"
 #include "int.h"
+#include "onramp.h"
 
 /* Run-time parameters, written by the loader (ccload attach/set). */
 struct power_params {
@@ -29,6 +30,8 @@ struct power_params {
 	__u64 host_Bpus_fp;	/* host_bw in bytes per µs, FP_ONE scale */
 	__u64 beta_Bpus_fp;	/* host_bw/expected_flows in bytes per µs, FP_ONE scale */
 	__u64 us_per_B_recip;	/* µs per byte at host_bw, RECIP_ONE scale */
+	__u32 onramp_holds;	/* θ: 1 = take On-Ramp's holds out of RTT samples (theta_rtt) */
+	__u32 _pad;
 };
 
 struct {
@@ -40,6 +43,8 @@ struct {
 
 CCLOAD_STATS_MAP;
 CCLOAD_TRACE_MAPS;
+/* On-Ramp's holds, which θ's RTT samples may leave out (theta_rtt). */
+ONRAMP_HOLDS_MAP;
 
 /*
  * What recent flows from one network namespace to one destination learned,
@@ -479,6 +484,35 @@ static __always_inline void power_update_window(struct sock *sk, struct power_ca
 }
 
 /*
+ * The ACK's RTT sample, with onramp_holds set without the time On-Ramp held
+ * its segment back (onramp.h, struct onramp_holds). By default θ takes the
+ * sample as TCP does, hold included, and so backs off for a pause as for a
+ * queue, as On-Ramp's paper has its CCs do. With onramp_holds, θ leaves
+ * the transient to On-Ramp: a corrected sample never goes below the
+ * flow's base RTT, so that τ does not move on account of it, and one
+ * within 1.5 times the base RTT is taken as it is, without the lookup
+ * (what hold it may carry is under half a base RTT).
+ */
+static __always_inline long theta_rtt(struct sock *sk, const struct power_ca *ca, const struct power_params *p,
+				      long rtt)
+{
+	struct onramp_holds *h;
+	__u64 held;
+
+	if (!p->onramp_holds || rtt <= (long)(ca->min_rtt_us + (ca->min_rtt_us >> 1)))
+		return rtt;
+	h = bpf_sk_storage_get(&onramp_holds, sk, NULL, 0);
+	if (!h)
+		return rtt;
+	held = onramp_held_us(h, tcp_sk(sk)->tcp_mstamp - (__u64)rtt);
+	if (!held)
+		return rtt;
+	stat_add(&stats, STAT_RTT_HELD, 1);
+	rtt = held < (__u64)rtt ? rtt - (long)held : 0;
+	return rtt > (long)ca->min_rtt_us ? rtt : (long)ca->min_rtt_us;
+}
+
+/*
  * θ-PowerTCP's ACK after power_ack_begin: the RTT sample into the round's
  * sums; once per round (when the ACK covers what was sent at the previous
  * update), power, window and cwnd_old (Algorithm 2), and the round's
@@ -488,8 +522,9 @@ static __always_inline void theta_ack(struct sock *sk, struct power_ca *ca, cons
 				      const struct rate_sample *rs)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
+	long rtt = theta_rtt(sk, ca, p, rs->rtt_us);
 
-	if (theta_fold_rtt(ca, rs->rtt_us))
+	if (theta_fold_rtt(ca, rtt))
 		stat_add(&stats, STAT_RTT_SAMPLES, 1);
 	if (!seq_before(tp->snd_una, ca->last_update_seq)) {
 		__u32 tau = power_tau(p, ca, power_burst_us(sk->sk_gso_max_size, p));
@@ -500,7 +535,7 @@ static __always_inline void theta_ack(struct sock *sk, struct power_ca *ca, cons
 		ca->last_update_seq = tp->snd_nxt;
 		power_hist_record(sk, ca, rs);
 	}
-	TRACE_ACK(sk, ca->cwnd, ca->power, 0, rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_RTT);
+	TRACE_ACK(sk, ca->cwnd, ca->power, 0, rtt > 0 ? rtt : 0, TRACE_MODE_RTT);
 }
 
 /* θ-PowerTCP's ACK handler. */

@@ -3,7 +3,7 @@
 // daemon before each reconcile pass. A command killed at any moment leaves
 // at most: stages that nothing will commit, a pin set cut short by a
 // removal or an upgrade, a CC registration that only a stage held, a
-// record that something holds the INT store. After Run, every CC, the INT
+// record that something holds the shared maps (internal/sharedmaps). After Run, every CC, the INT
 // sockops program and every INT hop under the pin root is either gone or
 // a complete, usable pin set, and no CC is registered by a stage that
 // nothing will commit; On-Ramp is complete and running on an interface or
@@ -49,7 +49,7 @@ func Run(host kernel.Host) (done []string, err error) {
 	}
 
 	// Stages first: a stage may pin a CC's registration or a hop's
-	// filter, which the cleaners undo, and the holders of the INT store
+	// filter, which the cleaners undo, and the holders of the shared maps
 	// are judged by what is committed.
 	var linked []string // CCs whose stage held their struct_ops link
 	ccs := ccNames()

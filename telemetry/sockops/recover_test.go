@@ -75,7 +75,7 @@ func TestRecover(t *testing.T) {
 	if _, err := n.Store().Acquire("powertcp", storeSpec); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(filepath.Join(n.Store().dir(), holdersDir)); err != nil {
+	if err := os.RemoveAll(filepath.Join(n.Store().Dir(), "holders")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.Recover(ccPinned); err != nil {

@@ -2,13 +2,14 @@
 // sockops program of bpf/int_sockops.c to a cgroup, which adds a forward
 // INT option to data segments sent to the datacenter's prefixes, echoes
 // the records that arrive back to their sender on ACKs, and parses the
-// echoes into the per-socket INT store. It owns that store, the one map it
-// shares with the CCs that read INT (powertcp, hpcc): see [Store].
+// echoes into the per-socket INT store, the map it shares with the CCs
+// that read INT (powertcp, hpcc) through internal/sharedmaps.
 //
 // Pins live in <pin root>/int/ (the link, the config, the peer tries, the
 // counters and the record of the object the program was built from, which
 // tells a newer ccload to upgrade it in place: see upgrade.go) and
-// <pin root>/shared/ (the store and its holders).
+// <pin root>/shared/ (the shared maps, the INT store among them, and their
+// holders).
 package sockops
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/ccload/ccload/internal/percpu"
 	"github.com/ccload/ccload/internal/pin"
 	"github.com/ccload/ccload/internal/scope"
+	"github.com/ccload/ccload/internal/sharedmaps"
 )
 
 // Config configures the INT sockops program.
@@ -92,7 +94,7 @@ const (
 // kernel and in bpffs pins.
 type INT struct {
 	host  kernel.Host
-	store *Store
+	store *sharedmaps.Store
 	salt  uint32 // see WithBuildSalt
 }
 
@@ -108,7 +110,7 @@ func WithBuildSalt(salt uint32) Option { return func(n *INT) { n.salt = salt } }
 
 // New returns an INT acting on host.
 func New(host kernel.Host, opts ...Option) *INT {
-	n := &INT{host: host, store: NewStore(host)}
+	n := &INT{host: host, store: sharedmaps.New(host)}
 	for _, o := range opts {
 		o(n)
 	}
@@ -119,9 +121,13 @@ func New(host kernel.Host, opts ...Option) *INT {
 // loads.
 func (n *INT) object() pin.Object { return pin.ObjectOf(_IntSockopsBytes, n.salt) }
 
-// Store returns the INT store that the sockops program and the CCs that
-// read INT share.
-func (n *INT) Store() *Store { return n.store }
+// Store returns the shared maps, among them the INT store that the
+// sockops program and the CCs that read INT share.
+func (n *INT) Store() *sharedmaps.Store { return n.store }
+
+// NewStore returns the shared maps of host's pin root, the INT store among
+// them: what loader.WithSharedMaps takes.
+func NewStore(host kernel.Host) *sharedmaps.Store { return sharedmaps.New(host) }
 
 func (n *INT) dir() string { return filepath.Join(n.host.PinRoot(), intDir) }
 
@@ -332,10 +338,10 @@ func (n *INT) remove() error {
 // Recover finishes what a ccload command that died left of INT, as the
 // next command does before it acts (the caller holds pin.Lock): an INT
 // directory that lacks one of its pins (a disable cut short) is detached
-// and removed, and every holder of the INT store that holds nothing any
-// more is dropped: the sockops program when INT is not enabled, a CC when
-// ccPinned(name) reports that it has no pins. It returns what it did, in
-// words, for a log.
+// and removed, and every holder of the shared maps (internal/sharedmaps)
+// that holds nothing any more is dropped: the sockops program when INT is
+// not enabled, any other (a CC, On-Ramp) when ccPinned(name) reports that
+// <pin root>/<name> is gone. It returns what it did, in words, for a log.
 //
 // The record of the object (pinObject) is not among the pins a complete
 // directory needs: pin sets made before records lack it, and count as
@@ -358,7 +364,7 @@ func (n *INT) Recover(ccPinned func(name string) bool) (done []string, err error
 		return ccPinned(holder)
 	})
 	for _, h := range dropped {
-		done = append(done, fmt.Sprintf("dropped %s from the INT store's holders: it has no pins", h))
+		done = append(done, fmt.Sprintf("dropped %s from the shared maps' holders: it has no pins", h))
 	}
 	return done, err
 }

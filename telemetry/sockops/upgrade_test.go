@@ -13,6 +13,7 @@ import (
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/sharedmaps"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/testbed"
@@ -44,7 +45,7 @@ func readLink(t *testing.T, n *INT) linkState {
 // storeID returns the ID of the pinned INT store.
 func storeID(t *testing.T, n *INT) ebpf.MapID {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(n.Store().dir(), storePin), nil)
+	m, err := ebpf.LoadPinnedMap(n.Store().PinPath(sharedmaps.INTStore), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
