@@ -30,7 +30,7 @@ type Loader struct {
 // SharedMaps lends the CCs the maps they share with programs that other
 // commands attach: the INT store, which the INT sockops program fills and
 // powertcp and hpcc read (CC.UsesINT), and On-Ramp's holds, which On-Ramp's
-// tc programs fill and θ-PowerTCP reads. internal/sharedmaps owns those
+// tc programs fill and θ-PowerTCP reads (with onramp_holds=1). internal/sharedmaps owns those
 // maps and implements this interface; the loader knows it only through it.
 type SharedMaps interface {
 	// Acquire returns the shared map, creating and pinning it from spec

@@ -45,7 +45,8 @@ const (
 	mapTraceOn  = thetaPowertcpMapTraceOn
 	mapINTStore = powertcpMapIntStore
 	// On-Ramp's holds (ONRAMP_HOLDS_MAP in bpf/include/onramp.h), which
-	// θ-PowerTCP reads to take its RTT samples without On-Ramp's pauses.
+	// θ-PowerTCP with onramp_holds=1 reads to take its RTT samples without
+	// On-Ramp's pauses.
 	mapOnRampHolds = thetaPowertcpMapOnrampHolds
 )
 

@@ -9,7 +9,8 @@
 //     and hpcc read them on the same ACK;
 //   - onramp_holds (struct onramp_holds, bpf/include/onramp.h): On-Ramp's
 //     tc egress marks there how long it held a socket's segments back, and
-//     θ-PowerTCP takes its RTT samples without those holds.
+//     θ-PowerTCP with onramp_holds=1 takes its RTT samples without those
+//     holds.
 //
 // Every user of a map must get the same map, so each is pinned at
 // <pin root>/shared/<map name> while anything holds it. Each holder (a CC,
