@@ -5,6 +5,8 @@ package loader
 // user's attached CCs, and they clean up even when they fail.
 
 import (
+	"encoding/binary"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -484,5 +486,61 @@ func structOpsProgsUsing(t *testing.T, id ebpf.MapID) int {
 		if ids, ok := info.MapIDs(); ok && slices.Contains(ids, id) {
 			n++
 		}
+	}
+}
+
+// TestCarriedParamsAcrossLayouts checks that an upgrade whose params struct
+// differs in layout keeps the old build's values by member name: a params
+// map pinned with an older, shorter power_params (no derived members, no
+// onramp_holds, beta_bytes before expected_flows) gives back what it
+// holds, and nothing for the members it lacks.
+func TestCarriedParamsAcrossLayouts(t *testing.T) {
+	testutil.RequireRoot(t)
+	u32 := &btf.Int{Name: "__u32", Size: 4}
+	u64 := &btf.Int{Name: "__u64", Size: 8}
+	old := &btf.Struct{Name: "power_params", Size: 24, Members: []btf.Member{
+		{Name: "host_bw_bps", Type: u64, Offset: 0},
+		{Name: "gamma", Type: u32, Offset: 64},
+		{Name: "base_rtt_us", Type: u32, Offset: 96},
+		{Name: "beta_bytes", Type: u32, Offset: 128},
+		{Name: "expected_flows", Type: u32, Offset: 160},
+	}}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "params", Type: ebpf.Array, KeySize: 4, ValueSize: 24, MaxEntries: 1, Key: u32, Value: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	buf := make([]byte, 24)
+	binary.NativeEndian.PutUint64(buf[0:], 25_000_000_000)
+	binary.NativeEndian.PutUint32(buf[8:], 58982) // gamma 0.9
+	binary.NativeEndian.PutUint32(buf[12:], 40)
+	binary.NativeEndian.PutUint32(buf[16:], 9000)
+	binary.NativeEndian.PutUint32(buf[20:], 4)
+	if err := m.Put(uint32(0), buf); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(testutil.Host(t).PinRoot(), "params")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+
+	cc, err := Lookup("theta_powertcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cc.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := carriedParams(cc, path, spec.Maps[mapParams].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"host_bw": 25_000_000_000, "gamma": 58982, "base_rtt": 40, "beta": 9000, "expected_flows": 4}
+	if !maps.Equal(got, want) {
+		t.Errorf("carried %v, want %v (onramp_holds absent: it starts from its default)", got, want)
 	}
 }

@@ -1,6 +1,10 @@
 package loader
 
-import "github.com/ccload/ccload/internal/kernel"
+import (
+	"path/filepath"
+
+	"github.com/ccload/ccload/internal/kernel"
+)
 
 // CCStatus describes one built-in CC and its state in the kernel.
 type CCStatus struct {
@@ -52,6 +56,16 @@ func (l *Loader) List() ([]CCStatus, error) {
 			s.PinDir = l.PinDir(cc.Name)
 			if vals, _, err := readParams(cc, st.params); err == nil {
 				s.Params = formatParams(cc, vals)
+			} else if spec, serr := cc.load(); serr == nil {
+				// Another build's layout (UpgradeAvailable): what its
+				// members hold, by name; the rest are the defaults above.
+				if vals, err := carriedParams(cc, filepath.Join(s.PinDir, mapParams), spec.Maps[mapParams].Value); err == nil {
+					for name, text := range formatParams(cc, vals) {
+						if _, ok := vals[name]; ok {
+							s.Params[name] = text
+						}
+					}
+				}
 			}
 			s.Generations = l.generations(cc, st)
 			s.Stats = s.Generations[0].Stats

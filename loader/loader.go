@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -364,14 +366,20 @@ func (l *Loader) loadCC(cc *CC, f *kernel.Features, reg kernel.Registration, o l
 	if !ld.reused[mapParams] {
 		vals := o.vals
 		if vals == nil {
+			var carried map[string]uint64
+			if o.reuseFrom != "" {
+				carried, err = carriedParams(cc, filepath.Join(o.reuseFrom, mapParams), spec.Maps[mapParams].Value)
+				if err != nil {
+					ld.notes = append(ld.notes, fmt.Sprintf("the new build's parameters differ in layout, and the old ones could not be read (%v): it starts from the defaults (set them again with ccload set)", err))
+				} else {
+					ld.notes = append(ld.notes, "the new build's parameters differ in layout: it kept the values of the old build's, by name, and starts the others from their defaults")
+				}
+			}
 			var notes []string
-			if vals, notes, err = resolveParams(cc.Params, nil, nil, l.autoParam); err != nil {
+			if vals, notes, err = resolveParams(cc.Params, nil, carried, l.autoParam); err != nil {
 				return nil, err
 			}
 			ld.notes = append(ld.notes, notes...)
-			if o.reuseFrom != "" {
-				ld.notes = append(ld.notes, "the new build's parameters differ in layout: it starts from the defaults (set them again with ccload set)")
-			}
 		}
 		// Parameters go in at map creation, so no socket ever sees zeros.
 		layout, err := newParamLayout(spec.Maps[mapParams].Value, cc.Params, cc.derived)
@@ -615,7 +623,8 @@ func readParams(cc *CC, m *ebpf.Map) (map[string]uint64, *paramLayout, error) {
 		return nil, nil, err
 	}
 	if m.ValueSize() != layout.size {
-		return nil, nil, kernel.NewError(kernel.KindVersionMismatch, "detach and attach it again with this ccload", nil,
+		return nil, nil, kernel.NewError(kernel.KindVersionMismatch,
+			fmt.Sprintf("upgrade it in place to this ccload's build, which keeps its parameters: ccload attach %s --replace", cc.Name), nil,
 			"%s was attached by a different ccload version (params are %d bytes, expected %d)",
 			cc.Name, m.ValueSize(), layout.size)
 	}
@@ -628,6 +637,69 @@ func readParams(cc *CC, m *ebpf.Map) (map[string]uint64, *paramLayout, error) {
 		vals[p.Name] = layout.get(buf, p.Name)
 	}
 	return vals, layout, nil
+}
+
+// carriedParams reads the parameters of a params map pinned at path by an
+// older build whose params struct differs in layout from this build's
+// (value, its BTF type): the kernel keeps the map's BTF, so each parameter
+// whose member the old struct has, by the same name and size, keeps its
+// value. The others are absent, and start from their defaults.
+func carriedParams(cc *CC, path string, value btf.Type) (map[string]uint64, error) {
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		return nil, fmt.Errorf("map info: %w", err)
+	}
+	id, ok := info.BTFID()
+	if !ok {
+		return nil, errors.New("the old params map has no BTF")
+	}
+	h, err := btf.NewHandleFromID(id)
+	if err != nil {
+		return nil, fmt.Errorf("load the old params map's BTF: %w", err)
+	}
+	defer h.Close()
+	types, err := h.Spec(nil)
+	if err != nil {
+		return nil, fmt.Errorf("parse the old params map's BTF: %w", err)
+	}
+	var old *btf.Struct
+	if err := types.TypeByName(value.TypeName(), &old); err != nil {
+		return nil, fmt.Errorf("find struct %s in the old params map's BTF: %w", value.TypeName(), err)
+	}
+	buf := make([]byte, m.ValueSize())
+	if err := m.Lookup(uint32(0), &buf); err != nil {
+		return nil, fmt.Errorf("read the old params: %w", err)
+	}
+	cur, ok := btf.As[*btf.Struct](value)
+	if !ok {
+		return nil, fmt.Errorf("params map value is %T, not a struct", value)
+	}
+	vals := map[string]uint64{}
+	for _, p := range cc.Params {
+		o := slices.IndexFunc(old.Members, func(mb btf.Member) bool { return mb.Name == p.Field })
+		n := slices.IndexFunc(cur.Members, func(mb btf.Member) bool { return mb.Name == p.Field })
+		if o < 0 || n < 0 {
+			continue
+		}
+		osz, oerr := btf.Sizeof(old.Members[o].Type)
+		nsz, nerr := btf.Sizeof(cur.Members[n].Type)
+		off := int(old.Members[o].Offset.Bytes())
+		if oerr != nil || nerr != nil || osz != nsz || off+osz > len(buf) {
+			continue
+		}
+		switch osz {
+		case 4:
+			vals[p.Name] = uint64(binary.NativeEndian.Uint32(buf[off:]))
+		case 8:
+			vals[p.Name] = binary.NativeEndian.Uint64(buf[off:])
+		}
+	}
+	return vals, nil
 }
 
 // updateParams applies given on top of the pinned values and writes them
