@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -671,32 +670,33 @@ func carriedParams(cc *CC, path string, value btf.Type) (map[string]uint64, erro
 	if err := types.TypeByName(value.TypeName(), &old); err != nil {
 		return nil, fmt.Errorf("find struct %s in the old params map's BTF: %w", value.TypeName(), err)
 	}
-	buf := make([]byte, m.ValueSize())
+	cur, err := newParamLayout(value, cc.Params, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The parameters whose member the old struct has: laid out as it has
+	// them, and carried where the member kept its size.
+	var kept []ParamSpec
+	for _, p := range cc.Params {
+		if slices.ContainsFunc(old.Members, func(mb btf.Member) bool { return mb.Name == p.Field }) {
+			kept = append(kept, p)
+		}
+	}
+	prev, err := newParamLayout(old, kept, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the old params: %w", err)
+	}
+	if m.ValueSize() != prev.size {
+		return nil, fmt.Errorf("the old params map holds %d bytes, its struct %s %d", m.ValueSize(), old.Name, prev.size)
+	}
+	buf := make([]byte, prev.size)
 	if err := m.Lookup(uint32(0), &buf); err != nil {
 		return nil, fmt.Errorf("read the old params: %w", err)
 	}
-	cur, ok := btf.As[*btf.Struct](value)
-	if !ok {
-		return nil, fmt.Errorf("params map value is %T, not a struct", value)
-	}
 	vals := map[string]uint64{}
-	for _, p := range cc.Params {
-		o := slices.IndexFunc(old.Members, func(mb btf.Member) bool { return mb.Name == p.Field })
-		n := slices.IndexFunc(cur.Members, func(mb btf.Member) bool { return mb.Name == p.Field })
-		if o < 0 || n < 0 {
-			continue
-		}
-		osz, oerr := btf.Sizeof(old.Members[o].Type)
-		nsz, nerr := btf.Sizeof(cur.Members[n].Type)
-		off := int(old.Members[o].Offset.Bytes())
-		if oerr != nil || nerr != nil || osz != nsz || off+osz > len(buf) {
-			continue
-		}
-		switch osz {
-		case 4:
-			vals[p.Name] = uint64(binary.NativeEndian.Uint32(buf[off:]))
-		case 8:
-			vals[p.Name] = binary.NativeEndian.Uint64(buf[off:])
+	for _, p := range kept {
+		if prev.fields[p.Name].size == cur.fields[p.Name].size {
+			vals[p.Name] = prev.get(buf, p.Name)
 		}
 	}
 	return vals, nil
