@@ -134,6 +134,8 @@ func TestConfigValidation(t *testing.T) {
 		{"negative repeats", Config{Scenario: ScenarioLongflow, Repeat: -1}, "repeat"},
 		{"unknown marker", Config{Scenario: ScenarioLongflow, Marker: "red"}, `ECN marker "red"`},
 		{"fq_codel without K", Config{Scenario: ScenarioLongflow, Marker: MarkerFQCodel, NoECN: true}, "no ECN threshold"},
+		{"INT tag nth=0", Config{Scenario: ScenarioLongflow, INTTag: "nth=0"}, "INT tag nth=0"},
+		{"unknown INT tag", Config{Scenario: ScenarioLongflow, INTTag: "some"}, `INT tag "some"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.withDefaults().validate()
@@ -145,8 +147,8 @@ func TestConfigValidation(t *testing.T) {
 	if err := (Config{Scenario: ScenarioIncast}).withDefaults().validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c := (Config{Scenario: ScenarioIncast}).withDefaults(); c.Marker != MarkerHop {
-		t.Errorf("default marker %q, want %q", c.Marker, MarkerHop)
+	if c := (Config{Scenario: ScenarioIncast}).withDefaults(); c.Marker != MarkerHop || c.INTTag != DefaultINTTag {
+		t.Errorf("default marker %q and INT tag %q, want %q and %q", c.Marker, c.INTTag, MarkerHop, DefaultINTTag)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ccload/ccload/telemetry/sockops"
 )
 
 // Scenario names.
@@ -61,6 +63,10 @@ type Config struct {
 	Marker string
 	// ACKPadding makes the INT hop refresh its record on returning ACKs.
 	ACKPadding bool
+	// INTTag is which data skbs INT's sockops program tags for the CCs
+	// that use INT, as `ccload int enable --tag` takes it: "every" (the
+	// default), "nth=N" or "tso-head" (sockops.ParseTag).
+	INTTag string
 	// Fanout and IncastBytes shape the incast scenario.
 	Fanout      int
 	IncastBytes int64
@@ -99,6 +105,8 @@ const (
 	DefaultRateBps           = 1_000_000_000
 	DefaultBufferBytes       = 1 << 20
 	DefaultECNThresholdBytes = 30_000
+	// DefaultINTTag tags every data skb, as `ccload int enable` does.
+	DefaultINTTag = "every"
 	// MarkerHop and MarkerFQCodel are the values of Config.Marker.
 	MarkerHop             = "hop"
 	MarkerFQCodel         = "fq_codel"
@@ -158,6 +166,9 @@ func (c Config) withDefaults() Config {
 	if c.Marker == "" {
 		c.Marker = MarkerHop
 	}
+	if c.INTTag == "" {
+		c.INTTag = DefaultINTTag
+	}
 	if c.Fanout == 0 {
 		c.Fanout = DefaultFanout
 	}
@@ -207,6 +218,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("ECN marker %q: use %s (the INT hop) or %s (the bottleneck's AQM)", c.Marker, MarkerHop, MarkerFQCodel))
 	case c.Marker == MarkerFQCodel && c.ECNThresholdBytes == 0:
 		errs = append(errs, fmt.Errorf("ECN marker %s with no ECN threshold: give --ecn-threshold above 0", MarkerFQCodel))
+	}
+	if _, _, err := sockops.ParseTag(c.INTTag); err != nil {
+		errs = append(errs, fmt.Errorf("INT %w", err))
 	}
 	if c.Load <= 0 || c.Load > 1 {
 		errs = append(errs, fmt.Errorf("load %g: give a fraction of the bottleneck in (0, 1], e.g. 0.6", c.Load))

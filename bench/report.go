@@ -34,6 +34,9 @@ func (r *Report) Table(w io.Writer) error {
 		}
 		marking = fmt.Sprintf(", CE above %d KB by %s", t.ECNThresholdBytes/1000, by)
 	}
+	if t := res.Topology.INTTag; t != "" && t != DefaultINTTag {
+		marking += ", INT tags " + t
+	}
 	awake := ""
 	if res.Machine.CPUsKeptAwake {
 		awake = ", CPUs kept awake (a SCHED_IDLE spinner on each; cpu % counts them)"

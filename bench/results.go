@@ -74,6 +74,10 @@ type Topology struct {
 	// bottleneck's AQM). Results from before it existed have none: "hop".
 	ECNMarker  string `json:"ecn_marker,omitempty"`
 	ACKPadding bool   `json:"ack_padding"`
+	// INTTag is which data skbs INT tagged for the CCs that use it:
+	// "every", "nth=N" or "tso-head". Results from before it existed have
+	// none: "every".
+	INTTag string `json:"int_tag,omitempty"`
 	// BaseRTTMicros is the path's RTT with an empty queue, measured.
 	BaseRTTMicros float64 `json:"base_rtt_us"`
 }

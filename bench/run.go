@@ -167,7 +167,7 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 		Started:  time.Now().UTC().Round(time.Second),
 		Machine:  m,
 		Topology: Topology{Kind: "dumbbell", Senders: cfg.senderCount(), RateBps: cfg.RateBps, BufferBytes: cfg.BufferBytes,
-			ECNThresholdBytes: cfg.ECNThresholdBytes, ECNMarker: cfg.Marker, ACKPadding: cfg.ACKPadding,
+			ECNThresholdBytes: cfg.ECNThresholdBytes, ECNMarker: cfg.Marker, ACKPadding: cfg.ACKPadding, INTTag: cfg.INTTag,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},
 		Workload:     workloadOf(cfg),
 		Repeat:       cfg.Repeat,
@@ -334,7 +334,11 @@ func (r *runner) withINT(cc string, fn func() error) (bool, error) {
 	if b, ok := r.builtin[cc]; !ok || !b.UsesINT {
 		return false, fn()
 	}
-	if _, err := r.int.Enable(sockops.Config{Peers: intPeers()}); err != nil {
+	every, tsoOnly, err := sockops.ParseTag(r.cfg.INTTag)
+	if err != nil {
+		return false, fmt.Errorf("enable INT for %s: %w", cc, err)
+	}
+	if _, err := r.int.Enable(sockops.Config{Peers: intPeers(), Every: every, TSOOnly: tsoOnly}); err != nil {
 		return false, fmt.Errorf("enable INT for %s: %w", cc, err)
 	}
 	err = fn()

@@ -4,7 +4,7 @@
  *
  * Sender: data segments to a peer in the configured prefixes get a FORWARD
  * option with empty hop slots, which software INT hops (bpf/int_hop.c)
- * fill in. Receiver: the newest filled records are echoed back in an ECHO
+ * fill in. Receiver: the newest filled records are echoed back, once, in an ECHO
  * option on its ACKs. Sender again: the echo is parsed into the socket's
  * int_store entry, where the congestion control reads it on the same ACK
  * (the kernel parses header options in tcp_validate_incoming, before
@@ -116,7 +116,7 @@ static __always_inline __u32 plan(struct bpf_sock_ops *skops, struct int_sk *st,
 		*n = clamp_slots(cfg->slots);
 		return INT_EXID_FORWARD;
 	}
-	if (st->fwd_hops == 0)
+	if (st->fwd_hops == 0 || !(st->flags & INT_SK_FWD_NEW))
 		return 0;
 	*n = clamp_slots(st->fwd_hops);
 	return INT_EXID_ECHO;
@@ -185,8 +185,11 @@ static __always_inline void on_hdr_write(struct bpf_sock_ops *skops)
 			if (i < n)
 				opt.hop[i] = bpf_cpu_to_be64(st->fwd[i]);
 	}
-	if (bpf_store_hdr_opt(skops, &opt, len, 0) == 0)
-		stat_add(&int_stats, what == INT_EXID_FORWARD ? INT_STAT_TAGGED : INT_STAT_ECHOED, 1);
+	if (bpf_store_hdr_opt(skops, &opt, len, 0))
+		return;
+	if (what == INT_EXID_ECHO)
+		st->flags &= ~INT_SK_FWD_NEW;
+	stat_add(&int_stats, what == INT_EXID_FORWARD ? INT_STAT_TAGGED : INT_STAT_ECHOED, 1);
 }
 
 /* Loads our option with the given ExID from the incoming segment. */
@@ -270,6 +273,7 @@ static __always_inline bool parse_one(struct bpf_sock_ops *skops, struct int_sk 
 		st->fwd[i] = hops[i];
 	st->fwd_hops = n;
 	st->fwd_seq++;
+	st->flags |= INT_SK_FWD_NEW;
 	stat_add(&int_stats, INT_STAT_FWD_PARSED, 1);
 	return true;
 }

@@ -22,8 +22,9 @@ var errNoBoot = errors.New("guest did not reach /init")
 
 // bootVM runs the guest until it powers off, the deadline passes, or (when
 // bootTimeout > 0) /init has not started in bootTimeout. It returns the
-// console output; every line also goes to console.
-func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootTimeout time.Duration, console io.Writer) (string, error) {
+// console output, every line of which also goes to console, and how long
+// the guest took to start /init (0 if it never did).
+func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootTimeout time.Duration, console io.Writer) (string, time.Duration, error) {
 	args := []string{
 		"-m", "2048", "-smp", "2", "-nographic", "-no-reboot", "-nic", "none",
 		"-kernel", k.vmlinuz(), "-initrd", initrd,
@@ -41,14 +42,17 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 	cmd.Stdin = nil
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	cmd.Stderr = cmd.Stdout
 	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("start qemu (apt-get install qemu-system-x86): %w", err)
+		return "", 0, fmt.Errorf("start qemu (apt-get install qemu-system-x86): %w", err)
 	}
 
+	// initAfter is written before booted is closed and read after.
+	var initAfter time.Duration
 	booted := make(chan struct{})
 	var out strings.Builder
 	readDone := make(chan struct{})
@@ -63,6 +67,7 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 			fmt.Fprintln(console, line)
 			if !seen && strings.Contains(line, markerBooted) {
 				seen = true
+				initAfter = time.Since(start)
 				close(booted)
 			}
 		}
@@ -83,15 +88,15 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 	text := out.String()
 	switch {
 	case bootErr != nil:
-		return text, bootErr
+		return text, 0, fmt.Errorf("%w in %v (if the host is only slow, raise --boot-timeout)", bootErr, bootTimeout)
 	case !strings.Contains(text, markerBooted):
-		return text, fmt.Errorf("%w (qemu: %v)", errNoBoot, werr)
+		return text, 0, fmt.Errorf("%w (qemu: %v)", errNoBoot, werr)
 	case ctx.Err() == context.DeadlineExceeded && !strings.Contains(text, markerDone):
-		return text, fmt.Errorf("guest hung: no result after %v", timeout)
+		return text, initAfter, fmt.Errorf("guest hung: no result after %v", timeout)
 	case !strings.Contains(text, markerDone):
-		return text, fmt.Errorf("guest stopped before finishing (qemu: %v)", werr)
+		return text, initAfter, fmt.Errorf("guest stopped before finishing (qemu: %v)", werr)
 	}
-	return text, nil
+	return text, initAfter, nil
 }
 
 // kvmWorks reports a cached verdict on whether KVM boots guests here.

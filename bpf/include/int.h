@@ -93,6 +93,13 @@ struct int_sk {
 };
 
 #define INT_SK_SCOPED 0x1	/* the peer is in the configured prefixes */
+/*
+ * Receiver side: forward records arrived that no echo has carried yet. The
+ * next pure ACK echoes them and clears it, so that each record set is
+ * echoed once: with every-Nth or TSO-head tagging, the ACKs in between
+ * carry nothing rather than the same records again.
+ */
+#define INT_SK_FWD_NEW 0x2
 
 /*
  * The queueing delay the echo reports along the path, in µs: Σ qlen_i/b_i.
