@@ -9,7 +9,8 @@
  *     u'     = min(qlen_i, qlen_i') / (B_i·T) + txRate / B_i
  * U is the EWMA of the largest u' with weight τ/T (τ: that hop's dt):
  *     U = (1 - τ/T)·U + (τ/T)·u
- * Window, with a reference W^c synchronised once per RTT:
+ * Window, with a reference W^c synchronised once per RTT, on a U measured
+ * since the last synchronisation (HPCC_FRESH_U):
  *     U >= η or incStage >= maxStage:  W = W^c/(U/η) + W_AI  (incStage = 0)
  *     otherwise:                        W = W^c + W_AI        (incStage++)
  * and pacing R = W/T.
@@ -75,11 +76,14 @@ static __always_inline void hpcc_on_ack(struct sock *sk, const struct rate_sampl
 		hpcc_measure(ca, st, t, sk->sk_gso_max_size);
 	}
 
-	update_wc = !seq_before(tp->snd_una, ca->last_update_seq);
+	/* Once per round, and only on a U measured since the last time. */
+	update_wc = (ca->flags & HPCC_FRESH_U) && !seq_before(tp->snd_una, ca->last_update_seq);
 	cc_use_of(sk, rs, &u);
 	ca->w = hpcc_ack_window(ca, p, t, update_wc, &u);
-	if (update_wc)
+	if (update_wc) {
 		ca->last_update_seq = tp->snd_nxt;
+		stat_add(&stats, STAT_REF_UPDATES, 1);
+	}
 	stat_add(&stats, STAT_CWND_UPDATES, 1);
 	cc_set_window(sk, ca->w, t);
 	TRACE_ACK(sk, ca->w, ca->u, int_max_qlen(st), rs->rtt_us > 0 ? rs->rtt_us : 0, TRACE_MODE_INT);

@@ -235,47 +235,58 @@ func TestINTEndToEnd(t *testing.T) {
 	}
 }
 
-// TestINTTagNthEchoesOnce sends powertcp with every fourth data skb tagged
-// (ccload int enable --tag nth=4) and checks that the receiver echoes each
-// set of records once: the ACKs between two tagged skbs carry no echo, so
-// there are no more echoes than forward options parsed. Before, every ACK
-// repeated the newest records, and tagging fewer skbs saved nothing on
-// the echo's side. powertcp must still run on INT.
+// TestINTTagNthEchoesOnce sends powertcp and hpcc with every fourth data
+// skb tagged (ccload int enable --tag nth=4) and checks that the receiver
+// echoes each set of records once: the ACKs between two tagged skbs carry
+// no echo, so there are no more echoes than forward options parsed.
+// Before, every ACK repeated the newest records, and tagging fewer skbs
+// saved nothing on the echo's side. Both CCs must still run on INT, and
+// hpcc must move its reference window only on a measurement it has not
+// used yet (HPCC_FRESH_U): before, it scaled W^c by the same stale U on
+// every round between two echoes.
 func TestINTTagNthEchoesOnce(t *testing.T) {
-	testutil.RequireKernelCC(t, "powertcp")
-	l, n := newSys(t)
-	enableINTForTest(t, n, sockops.Config{Every: 4})
-	attachForTest(t, l, loader.AttachRequest{Name: "powertcp", Params: map[string]string{"host_bw": "1gbit"}})
-	d := newDumbbell(t, 1)
-	hopForTest(t, d, 0)
-	sink := testnet.StartSink(t, d.Receiver, d.Receiver.Addr)
-	flow := sendFlow(t, d.Senders[0], sink.Addr, "powertcp", 16<<20)
-	waitSink(t, sink, 1, 16<<20)
+	for _, cc := range []string{"powertcp", "hpcc"} {
+		t.Run(cc, func(t *testing.T) {
+			testutil.RequireKernelCC(t, cc)
+			l, n := newSys(t)
+			enableINTForTest(t, n, sockops.Config{Every: 4})
+			attachForTest(t, l, loader.AttachRequest{Name: cc, Params: map[string]string{"host_bw": "1gbit"}})
+			d := newDumbbell(t, 1)
+			hopForTest(t, d, 0)
+			sink := testnet.StartSink(t, d.Receiver, d.Receiver.Addr)
+			flow := sendFlow(t, d.Senders[0], sink.Addr, cc, 16<<20)
+			waitSink(t, sink, 1, 16<<20)
 
-	st, err := n.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := ccStats(t, l, "powertcp")
-	t.Logf("%.0f Mbit/s; INT counters %v; powertcp acks %d, int_samples %d, no_int_acks %d",
-		flow.Throughput/1e6, st.Stats, cc["acks"], cc["int_samples"], cc["no_int_acks"])
-	if st.Every != 4 {
-		t.Fatalf("INT status says one skb in %d is tagged, want 4", st.Every)
-	}
-	for _, k := range []string{"tagged", "forward_parsed", "echoed", "echo_parsed"} {
-		if st.Stats[k] == 0 {
-			t.Errorf("INT counter %s is 0", k)
-		}
-	}
-	if st.Stats["echoed"] > st.Stats["forward_parsed"] {
-		t.Errorf("%d echoes for %d forward options parsed: the receiver repeated records it had echoed",
-			st.Stats["echoed"], st.Stats["forward_parsed"])
-	}
-	if st.Stats["malformed"] != 0 {
-		t.Errorf("%d malformed INT options", st.Stats["malformed"])
-	}
-	if cc["int_samples"] == 0 {
-		t.Errorf("powertcp counted no INT samples (no_int_acks %d): it ran in θ mode", cc["no_int_acks"])
+			st, err := n.Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := ccStats(t, l, cc)
+			t.Logf("%.0f Mbit/s; INT counters %v; %s acks %d, int_samples %d, no_int_acks %d, ref_updates %d",
+				flow.Throughput/1e6, st.Stats, cc, c["acks"], c["int_samples"], c["no_int_acks"], c["ref_updates"])
+			if st.Every != 4 {
+				t.Fatalf("INT status says one skb in %d is tagged, want 4", st.Every)
+			}
+			for _, k := range []string{"tagged", "forward_parsed", "echoed", "echo_parsed"} {
+				if st.Stats[k] == 0 {
+					t.Errorf("INT counter %s is 0", k)
+				}
+			}
+			if st.Stats["echoed"] > st.Stats["forward_parsed"] {
+				t.Errorf("%d echoes for %d forward options parsed: the receiver repeated records it had echoed",
+					st.Stats["echoed"], st.Stats["forward_parsed"])
+			}
+			if st.Stats["malformed"] != 0 {
+				t.Errorf("%d malformed INT options", st.Stats["malformed"])
+			}
+			if c["int_samples"] == 0 {
+				t.Errorf("%s counted no INT samples (no_int_acks %d)", cc, c["no_int_acks"])
+			}
+			if cc == "hpcc" && (c["ref_updates"] == 0 || c["ref_updates"] > c["int_samples"]) {
+				t.Errorf("hpcc moved W^c %d times on %d INT samples: want at least once, and no more often than it measured",
+					c["ref_updates"], c["int_samples"])
+			}
+		})
 	}
 }
 

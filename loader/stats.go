@@ -25,6 +25,7 @@ var statNames = [...]string{
 	"repairs",
 	"build_inits",
 	"rtt_held",
+	"ref_updates",
 }
 
 // Stats are a CC's counters, summed over CPUs, keyed by name.

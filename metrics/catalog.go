@@ -53,6 +53,7 @@ var ccCounters = [...]counterDef{
 	{"repairs", "window_repairs_total", "Windows repaired after a callback the kernel skipped (DCTCP)."},
 	{"build_inits", "build_sockets_initialized_total", "Sockets started by a build with a non-zero ccload_build constant (upgrade tests)."},
 	{"rtt_held", "rtt_samples_without_hold_total", "RTT samples taken without the time On-Ramp held their segment back (theta-PowerTCP)."},
+	{"ref_updates", "reference_window_updates_total", "Rounds that moved HPCC's reference window W^c, each on an INT measurement newer than the last."},
 }
 
 // intCounters are the counters of bpf/int_sockops.c's enum int_stat, by

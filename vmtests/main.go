@@ -306,7 +306,7 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 			if !errors.Is(err, errNoBoot) {
 				saveKVMVerdict(o.cache, true)
 				r.Accel = "kvm"
-				logf("kernel %s: /init started after %.0fs", k.release, initAfter.Seconds())
+				logInitAfter(k, initAfter, logf)
 				return finish(r, o, t0, text, err, logf)
 			}
 			saveKVMVerdict(o.cache, false)
@@ -338,10 +338,15 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 		r.Notes = append(r.Notes, "the first boot "+what+" ("+first+"); the result is the second boot's")
 		text, initAfter, err = bootVM(ctx, k, initrd, accel, o.timeout, bootTimeout, console)
 	}
-	if initAfter > 0 {
-		logf("kernel %s: /init started after %.0fs", k.release, initAfter.Seconds())
-	}
+	logInitAfter(k, initAfter, logf)
 	return finish(r, o, t0, text, err, logf)
+}
+
+// logInitAfter says how long the guest took to start /init, if it did.
+func logInitAfter(k *kernel, after time.Duration, logf func(string, ...any)) {
+	if after > 0 {
+		logf("kernel %s: /init started after %.0fs", k.release, after.Seconds())
+	}
 }
 
 // bootFailure says why a failed boot is worth one more try: tag names the

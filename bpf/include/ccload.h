@@ -97,6 +97,7 @@ enum ccload_stat {
 	STAT_REPAIRS,		/* windows repaired after a callback the kernel skipped (DCTCP) */
 	STAT_BUILD_INITS,	/* init() calls of an object loaded with ccload_build != 0 */
 	STAT_RTT_HELD,		/* RTT samples taken without On-Ramp's hold (θ-PowerTCP) */
+	STAT_REF_UPDATES,	/* rounds that moved the reference window W^c (HPCC) */
 	STAT_MAX,
 };
 

@@ -27,6 +27,15 @@ struct hpcc_params {
 #define HPCC_U_MIN ((__s64)FP_ONE / 64)	/* bounds one MI step to 64·η */
 #define HPCC_U_MAX (1024 * (__s64)FP_ONE)
 #define HPCC_COUNTED 0x1
+/*
+ * U was measured from an echo since W^c last moved. W^c moves once per
+ * round and only then: a round that ended on a U it has already used would
+ * scale W^c by the same η/U again. With every data skb tagged every round
+ * brings an echo; with one in N tagged (ccload int enable --tag nth=N) most
+ * rounds on a short path do not, and compounding the stale U cost hpcc a
+ * tenth of its utilisation (docs/benchmarks.md).
+ */
+#define HPCC_FRESH_U 0x2
 
 /* Per-socket state in icsk_ca_priv (CCLOAD_CA_FITS checks that it fits). */
 struct hpcc_ca {
@@ -93,10 +102,11 @@ static __always_inline bool hpcc_measure(struct hpcc_ca *ca, const struct int_sk
 	if (best < 0)
 		return false;
 	ca->u = cc_dt_ewma(ca->u, clamp_s64(best, 0, HPCC_U_MAX), best_dt, t);
+	ca->flags |= HPCC_FRESH_U;
 	return true;
 }
 
-/* COMPUTEWIND. */
+/* COMPUTEWIND; update_wc moves W^c, and uses up HPCC_FRESH_U. */
 static __always_inline __u64 hpcc_window(struct hpcc_ca *ca, const struct hpcc_params *p,
 					 __u32 t, bool update_wc)
 {
@@ -104,6 +114,8 @@ static __always_inline __u64 hpcc_window(struct hpcc_ca *ca, const struct hpcc_p
 	__u64 wai = hpcc_wai(p, t), w;
 	__s64 u = clamp_s64(ca->u, HPCC_U_MIN, HPCC_U_MAX);
 
+	if (update_wc)
+		ca->flags &= ~HPCC_FRESH_U;
 	if ((__u64)u >= eta || ca->inc_stage >= p->max_stage) {
 		w = ca->wc * eta / (__u64)u + wai;
 		if (update_wc) {

@@ -61,9 +61,9 @@ segments of more than one MSS (tso-head). Each set of records is echoed
 once, so the ACKs between two tagged segments carry no echo. Options that
 differ per packet stop GRO from merging segments at the receiver: tagging
 fewer segments costs less CPU, at the price of fewer telemetry samples.
-In ccload's bench, nth=4 cut INT's sockops work per ACK by a third or more;
-powertcp kept its figures, hpcc lost about a tenth of its utilisation
-(docs/benchmarks.md, "INT: tagging one data skb in four").
+In ccload's bench, nth=4 cut INT's sockops work per ACK by a fifth to a
+half, and powertcp and hpcc kept their utilisation (docs/benchmarks.md,
+"INT: tagging one data skb in four").
 
 Running it again replaces the peers and policy in place.`,
 		Example: `  ccload int enable --peers 198.18.0.0/15,fd00::/8
