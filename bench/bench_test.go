@@ -169,6 +169,44 @@ func netnsWithPrefix(t *testing.T, prefix string) []string {
 	return got
 }
 
+// TestINTTagInEffect checks which tagging the bench records and runs the
+// INT CCs with: the requested one while INT is off, and an enabled INT's
+// own, which a different --int-tag must not claim to override.
+func TestINTTagInEffect(t *testing.T) {
+	testutil.RequireRoot(t)
+	n := sockops.New(testutil.Host(t))
+	if tag, err := intTagInEffect(n, "nth=2", "nth=2"); err != nil || tag != "nth=2" {
+		t.Fatalf("INT off: tag %q, %v; want the requested nth=2", tag, err)
+	}
+	if _, err := n.Enable(sockops.Config{Peers: intPeers(), Every: 4}); err != nil {
+		t.Fatalf("enable INT: %v (fix: %s)", err, kernel.FixOf(err))
+	}
+	t.Cleanup(func() {
+		if _, err := n.Disable(); err != nil {
+			t.Errorf("disable INT: %v", err)
+		}
+	})
+	for _, tc := range []struct {
+		requested string
+		want      string // the tag in effect; "" when it must fail
+	}{
+		{"", "nth=4"},
+		{"nth=4", "nth=4"},
+		{"every", ""},
+		{"tso-head", ""},
+	} {
+		t.Run("requested "+tc.requested, func(t *testing.T) {
+			tag, err := intTagInEffect(n, tc.requested, Config{INTTag: tc.requested}.withDefaults().INTTag)
+			switch {
+			case tc.want == "" && (err == nil || !strings.Contains(err.Error(), "already enabled with tag nth=4")):
+				t.Fatalf("tag %q, %v; want an error naming the enabled nth=4", tag, err)
+			case tc.want != "" && (err != nil || tag != tc.want):
+				t.Fatalf("tag %q, %v; want %q", tag, err, tc.want)
+			}
+		})
+	}
+}
+
 // TestQuickScenarios runs every scenario in --quick mode with every
 // default CC, as CI's smoke run (longflow twice per CC, to cover repeats),
 // and checks that each CC moved traffic, that results.json validates

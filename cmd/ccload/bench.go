@@ -172,6 +172,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				return err
 			}
 			defer cleanup()
+			a.noteHostINT(progress)
 			_, err = bench.RunAll(ctx, l, in, cfg, scenarios, out, progress, func(rep *bench.Report) error {
 				if asJSON {
 					all = append(all, rep.Results)
@@ -335,6 +336,7 @@ func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared be
 		return err
 	}
 	defer cleanup()
+	a.noteHostINT(progress)
 	rep, err := bench.RunOnRamp(ctx, l, in, cfg, progress)
 	if err != nil {
 		return benchInputError(c, err)
@@ -353,6 +355,19 @@ func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared be
 	}
 	fmt.Fprintln(a.out)
 	return rep.Table(a.out)
+}
+
+// noteHostINT warns when INT is enabled outside the bench (ccload int
+// enable, or the daemon): its sockops program sits on the same cgroup as
+// the bench's and sees the bench's flows too, if its prefixes cover the
+// testbed's, so the INT figures may not be the bench's alone.
+func (a *app) noteHostINT(progress io.Writer) {
+	st, err := a.int().Status()
+	if err != nil || !st.Enabled {
+		return
+	}
+	fmt.Fprintf(progress, "note: INT is enabled on this host (%s, for %s); its sockops program may tag and echo the bench's flows beside the bench's own; for figures that are the bench's alone, run ccload int disable first\n",
+		st.Cgroup, strings.Join(st.Peers, ", "))
 }
 
 // benchParts returns the CC loader and INT of a pin root of the bench's

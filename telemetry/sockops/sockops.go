@@ -471,3 +471,14 @@ func ParseTag(s string) (every uint32, tsoOnly bool, err error) {
 	}
 	return 0, false, fmt.Errorf("tag %q: want every, nth=N or tso-head", s)
 }
+
+// FormatTag writes a tagging policy as ParseTag reads it.
+func FormatTag(every uint32, tsoOnly bool) string {
+	switch {
+	case tsoOnly:
+		return "tso-head"
+	case every > 1:
+		return "nth=" + strconv.FormatUint(uint64(every), 10)
+	}
+	return "every"
+}

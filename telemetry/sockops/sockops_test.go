@@ -124,3 +124,39 @@ func TestEnableDisable(t *testing.T) {
 		t.Errorf("second disable = %v, %v; want false, nil", was, err)
 	}
 }
+
+// TestParseFormatTag checks the tagging policies as users write them, and
+// that FormatTag writes back what ParseTag read.
+func TestParseFormatTag(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		every   uint32
+		tsoOnly bool
+		out     string // FormatTag's; "" for an input that must fail
+	}{
+		{"every", 1, false, "every"},
+		{"nth=1", 1, false, "every"},
+		{"nth=4", 4, false, "nth=4"},
+		{"tso-head", 1, true, "tso-head"},
+		{"nth=0", 0, false, ""},
+		{"nth=-2", 0, false, ""},
+		{"nth=", 0, false, ""},
+		{"all", 0, false, ""},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			every, tsoOnly, err := ParseTag(tc.in)
+			if tc.out == "" {
+				if err == nil {
+					t.Fatalf("ParseTag(%q) = %d, %v; want an error", tc.in, every, tsoOnly)
+				}
+				return
+			}
+			if err != nil || every != tc.every || tsoOnly != tc.tsoOnly {
+				t.Fatalf("ParseTag(%q) = %d, %v, %v; want %d, %v", tc.in, every, tsoOnly, err, tc.every, tc.tsoOnly)
+			}
+			if got := FormatTag(every, tsoOnly); got != tc.out {
+				t.Errorf("FormatTag(%d, %v) = %q, want %q", every, tsoOnly, got, tc.out)
+			}
+		})
+	}
+}
