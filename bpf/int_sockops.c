@@ -116,7 +116,8 @@ static __always_inline __u32 plan(struct bpf_sock_ops *skops, struct int_sk *st,
 		*n = clamp_slots(cfg->slots);
 		return INT_EXID_FORWARD;
 	}
-	if (st->fwd_hops == 0 || !(st->flags & INT_SK_FWD_NEW))
+	/* New records only: parse_one sets the flag with fwd_hops >= 1. */
+	if (!(st->flags & INT_SK_FWD_NEW))
 		return 0;
 	*n = clamp_slots(st->fwd_hops);
 	return INT_EXID_ECHO;
