@@ -175,7 +175,7 @@ func netnsWithPrefix(t *testing.T, prefix string) []string {
 func TestINTTagInEffect(t *testing.T) {
 	testutil.RequireRoot(t)
 	n := sockops.New(testutil.Host(t))
-	if tag, err := intTagInEffect(n, "nth=2", "nth=2"); err != nil || tag != "nth=2" {
+	if tag, err := intTagInEffect(n, "nth=2", true); err != nil || tag != "nth=2" {
 		t.Fatalf("INT off: tag %q, %v; want the requested nth=2", tag, err)
 	}
 	if _, err := n.Enable(sockops.Config{Peers: intPeers(), Every: 4}); err != nil {
@@ -196,7 +196,7 @@ func TestINTTagInEffect(t *testing.T) {
 		{"tso-head", ""},
 	} {
 		t.Run("requested "+tc.requested, func(t *testing.T) {
-			tag, err := intTagInEffect(n, tc.requested, Config{INTTag: tc.requested}.withDefaults().INTTag)
+			tag, err := intTagInEffect(n, Config{INTTag: tc.requested}.withDefaults().INTTag, tc.requested != "")
 			switch {
 			case tc.want == "" && (err == nil || !strings.Contains(err.Error(), "already enabled with tag nth=4")):
 				t.Fatalf("tag %q, %v; want an error naming the enabled nth=4", tag, err)

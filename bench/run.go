@@ -81,12 +81,12 @@ func intPeers() []netip.Prefix {
 // that use it unless INT is already on; it undoes both before returning,
 // also on error or when ctx is cancelled. The topology is always torn down.
 func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, progress io.Writer) (_ *Report, err error) {
-	requestedTag := cfg.INTTag
+	askedTag := cfg.INTTag != ""
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
-	if cfg.INTTag, err = intTagInEffect(n, requestedTag, cfg.INTTag); err != nil {
+	if cfg.INTTag, err = intTagInEffect(n, cfg.INTTag, askedTag); err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
 	r := &runner{cfg: cfg, l: l, int: n, progress: progress, builtin: map[string]*loader.CC{},
@@ -325,13 +325,12 @@ func (r *runner) startSink(ctx context.Context, cc string) (func(), error) {
 	return func() { sink.Close() }, nil
 }
 
-// intTagInEffect is the tagging the INT CCs will run with: tag (the
-// requested one, with the default filled in) when INT is off, since the
-// bench then enables it, or the enabled INT's own, which the bench keeps
-// (withINT). A tag the user asked for (requested != "") that differs from
-// the enabled one is an error, not a run that records one policy and
-// measures another.
-func intTagInEffect(n *sockops.INT, requested, tag string) (string, error) {
+// intTagInEffect is the tagging the INT CCs will run with: tag (validated,
+// the default filled in) when INT is off, since the bench then enables it,
+// or the enabled INT's own, which the bench keeps (withINT). A tag the
+// user asked for that differs from the enabled one is an error, not a run
+// that records one policy and measures another.
+func intTagInEffect(n *sockops.INT, tag string, asked bool) (string, error) {
 	st, err := n.Status()
 	if err != nil {
 		return "", fmt.Errorf("read INT status: %w", err)
@@ -340,14 +339,12 @@ func intTagInEffect(n *sockops.INT, requested, tag string) (string, error) {
 		return tag, nil
 	}
 	on := sockops.FormatTag(st.Every, st.TSOOnly)
-	if requested != "" {
-		every, tsoOnly, err := sockops.ParseTag(requested)
-		if err != nil {
-			return "", fmt.Errorf("INT %w", err)
-		}
-		if want := sockops.FormatTag(every, tsoOnly); want != on {
-			return "", fmt.Errorf("--int-tag %s: INT is already enabled with tag %s, which the bench keeps; leave --int-tag out, or run ccload int disable first", requested, on)
-		}
+	every, tsoOnly, err := sockops.ParseTag(tag)
+	if err != nil {
+		return "", fmt.Errorf("INT %w", err)
+	}
+	if asked && sockops.FormatTag(every, tsoOnly) != on {
+		return "", fmt.Errorf("--int-tag %s: INT is already enabled with tag %s, which the bench keeps; leave --int-tag out, or run ccload int disable first", tag, on)
 	}
 	return on, nil
 }

@@ -209,7 +209,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.StringVar(&sizes.ECNThreshold, "ecn-threshold", "30KB", "INT hop marks CE above this queue (DCTCP's K); 0 turns it off")
 	f.StringVar(&cfg.Marker, "marker", bench.MarkerHop, "what marks CE at --ecn-threshold: hop (the INT hop's model of the queue) or fq_codel (the bottleneck's leaf qdisc, ce_threshold = K at the rate; needs CONFIG_NET_SCH_FQ_CODEL)")
 	f.BoolVar(&cfg.ACKPadding, "ack-padding", false, "the INT hop refreshes its record on returning ACKs (FastTune)")
-	f.StringVar(&cfg.INTTag, "int-tag", bench.DefaultINTTag, "which data skbs INT tags for the CCs that use it: every, nth=N or tso-head, as in ccload int enable --tag (fewer tags: less sockops work per ACK, fewer samples for the CC)")
+	f.StringVar(&cfg.INTTag, "int-tag", "", "which data skbs INT tags for the CCs that use it: every, nth=N or tso-head, as in ccload int enable --tag (default every; fewer tags: less sockops work per ACK, fewer samples for the CC)")
 	f.IntVar(&cfg.Fanout, "fanout", bench.DefaultFanout, "incast: senders per incast")
 	f.StringVar(&sizes.IncastSize, "incast-size", "64KiB", "incast: bytes each incast sender sends")
 	f.IntVar(&cfg.Senders, "senders", 0, "websearch: sender hosts (default 8; 4 with --quick)")
