@@ -170,6 +170,35 @@ type cpuTimes struct {
 	busy, total uint64
 }
 
+// readBacklogDrops sums, over the CPUs, the packets the kernel dropped
+// because a CPU's input backlog was full (/proc/net/softnet_stat, second
+// column): drops that no qdisc counts, as when veth peers deliver bursts
+// faster than the receiving CPU takes them in.
+func readBacklogDrops() (uint64, error) {
+	b, err := os.ReadFile("/proc/net/softnet_stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseBacklogDrops(string(b))
+}
+
+// parseBacklogDrops is readBacklogDrops on the file's text.
+func parseBacklogDrops(text string) (uint64, error) {
+	var sum uint64
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			return 0, fmt.Errorf("softnet_stat: short line %q", line)
+		}
+		v, err := strconv.ParseUint(fields[1], 16, 32)
+		if err != nil {
+			return 0, fmt.Errorf("softnet_stat: %w", err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
 func readCPUTimes() (cpuTimes, error) {
 	f, err := os.Open("/proc/stat")
 	if err != nil {

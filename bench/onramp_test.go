@@ -109,6 +109,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		summariseOnRamp(vs[1], []OnRampRun{run(100_000, 39e6, true)}, rcts(25_000), fcts(12*time.Millisecond), ideal),
 	}
 	variants[0].NetRCT, variants[1].NetRCT = summariseRCT(rcts(80_000)), summariseRCT(rcts(40_000))
+	variants[1].RCTTail = rctTail([]requestDetail{{rctUs: 49_000, rto: true}, {rctUs: 30_000}}, variants[1].RCT.TailUs, true)
 	cmp, verdict := compareOnRamp([]string{"cubic"}, variants, [][]float64{rcts(100_000), rcts(25_000)},
 		[][]float64{rcts(80_000), rcts(40_000)}, [][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
 	if len(cmp) != 1 || cmp[0].RCTP99Ratio == nil || math.Abs(*cmp[0].RCTP99Ratio-4) > 1e-9 {
@@ -142,7 +143,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)"} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -179,6 +180,72 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	doc, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bad))
 	if err := schema.Validate(doc); err == nil {
 		t.Errorf("the schema accepted a variant without rct")
+	}
+}
+
+// TestRCTTail checks which requests count as the tail, and that a kernel
+// without tcpi_total_rto leaves the timeout count out instead of saying 0.
+func TestRCTTail(t *testing.T) {
+	reqs := []requestDetail{
+		{rctUs: 100, lagUs: 10},
+		{rctUs: 400, lagUs: 30, rto: true, retrans: true},
+		{rctUs: 500, lagUs: 50, retrans: true},
+		{rctUs: 300, lagUs: 20},
+	}
+	for _, tc := range []struct {
+		name             string
+		tailUs           float64
+		rtos             bool
+		want             bool // a tail
+		requests, rto    int
+		retrans          int
+		lagP50           float64
+		wantRTOCountNull bool
+	}{
+		{name: "tail of two", tailUs: 400, rtos: true, want: true, requests: 2, rto: 1, retrans: 2, lagP50: 30},
+		{name: "every request", tailUs: 1, rtos: true, want: true, requests: 4, rto: 1, retrans: 2, lagP50: 20},
+		{name: "no timeout count", tailUs: 400, want: true, requests: 2, retrans: 2, lagP50: 30, wantRTOCountNull: true},
+		{name: "no supported percentile", tailUs: 0, rtos: true},
+		{name: "beyond every request", tailUs: 600, rtos: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := rctTail(reqs, tc.tailUs, tc.rtos)
+			if !tc.want {
+				if got != nil {
+					t.Fatalf("got %+v, want no tail", got)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatal("got no tail")
+			}
+			if got.Requests != tc.requests || got.WithRetransmit != tc.retrans || got.StartLagP50Us != tc.lagP50 {
+				t.Errorf("got %+v, want %d requests, %d retransmitted, lag p50 %v", got, tc.requests, tc.retrans, tc.lagP50)
+			}
+			switch {
+			case tc.wantRTOCountNull && got.WithRTO != nil:
+				t.Errorf("with_rto %d on a kernel that does not count timeouts, want it absent", *got.WithRTO)
+			case !tc.wantRTOCountNull && (got.WithRTO == nil || *got.WithRTO != tc.rto):
+				t.Errorf("with_rto %v, want %d", got.WithRTO, tc.rto)
+			}
+		})
+	}
+}
+
+func TestKernelCountsRTOs(t *testing.T) {
+	for release, want := range map[string]bool{
+		"6.1.0-40-cloud-amd64":       false,
+		"6.6.58":                     false,
+		"6.7":                        true,
+		"6.12.117+deb12-cloud-amd64": true,
+		"6.18.44-fc-v657":            true,
+		"7.0.1":                      true,
+		"5.15.0":                     false,
+		"unknown":                    false,
+	} {
+		if got := kernelCountsRTOs(release); got != want {
+			t.Errorf("kernelCountsRTOs(%q) = %v, want %v", release, got, want)
+		}
 	}
 }
 
@@ -399,5 +466,28 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	}
 	if matches, _ := filepath.Glob(filepath.Join(kernel.DefaultHost().BPFFS, "ccload-bench-onramp-*")); len(matches) > 0 {
 		t.Errorf("On-Ramp's bench pins left behind: %v", matches)
+	}
+}
+
+func TestParseBacklogDrops(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       uint64
+		err        bool
+	}{
+		{name: "two CPUs", text: "0000a1b2 00000003 00000000 00000000\n0000c3d4 0000000f 00000001 00000000\n", want: 18},
+		{name: "none dropped", text: "00000001 00000000 00000000\n", want: 0},
+		{name: "short line", text: "00000001\n", err: true},
+		{name: "not hex", text: "00000001 zz 00000000\n", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseBacklogDrops(tc.text)
+			if (err != nil) != tc.err {
+				t.Fatalf("err %v, want an error: %v", err, tc.err)
+			}
+			if got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

@@ -54,7 +54,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	for _, b := range buckets {
 		head = append(head, "bg FCT p99 ms "+b)
 	}
-	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "pauses", "paused s", "RTT held %", "cpu %")
+	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "RTOs", "tail RTO", "pauses", "paused s", "RTT held %", "cpu %")
 	costs := o.BPFStats
 	if costs {
 		head = append(head, "On-Ramp BPF %")
@@ -83,7 +83,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		}
 		row = append(row, f("long_flow_bps", scaled(1e-6, "%.1f")), f("utilization", scaled(100, "%.0f")),
 			f("queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")), f("retransmits", scaled(1, "%.0f")),
-			pauses, paused, held, f("cpu_busy", scaled(100, "%.0f")))
+			f("rtos", scaled(1, "%.0f")), tailRTOCell(v.RCTTail), pauses, paused, held, f("cpu_busy", scaled(100, "%.0f")))
 		if costs {
 			row = append(row, orBPF)
 		}
@@ -101,6 +101,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	} else {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run.")
 	}
+	fmt.Fprintln(w, "RTOs: retransmission timeouts over every flow; tail RTO: of the requests at or beyond the highest percentile the pooled requests support, those with a response that took one.")
 	fmt.Fprintln(w, "RTT held: the share of the CC's RTT samples it took without the time On-Ramp held their segment (θ-PowerTCP; - for a CC that keeps no count).")
 	if res.Repeat > 1 {
 		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
@@ -213,6 +214,15 @@ func spreadCell(figs map[string]Spread, name string, format func(float64) string
 // spreadText is a spread as median (min-max), each number in format.
 func spreadText(s Spread, format func(float64) string) string {
 	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
+}
+
+// tailRTOCell is "k/n": k of the n slowest requests had a response that
+// took a retransmission timeout; "-" when unknown.
+func tailRTOCell(t *RCTTail) string {
+	if t == nil || t.WithRTO == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", *t.WithRTO, t.Requests)
 }
 
 func ms(us float64) string { return fmt.Sprintf("%.1f", us/1e3) }

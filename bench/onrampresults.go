@@ -131,6 +131,9 @@ type OnRampVariant struct {
 	// time the emulation took to start the responses (StartLagP99Us),
 	// which grows with the CPU's load, as if all had started on time.
 	NetRCT RCTSummary `json:"net_rct"`
+	// RCTTail is what the slowest requests had in common; absent without
+	// a supported percentile.
+	RCTTail *RCTTail `json:"rct_tail,omitempty"`
 	// FCT is the background flows' completion times by size bucket,
 	// pooled over the runs.
 	FCT []PooledFCT `json:"fct"`
@@ -139,6 +142,22 @@ type OnRampVariant struct {
 	Figures map[string]Spread `json:"figures"`
 	// Runs holds each repeat's run.
 	Runs []OnRampRun `json:"runs"`
+}
+
+// RCTTail describes the requests at or beyond the highest percentile
+// the pooled requests support (RCTSummary.TailP): how many had a response
+// whose sender took a retransmission timeout, how many one that
+// retransmitted at all, and the median of how late the emulation started
+// their last response. A timeout costs at least the kernel's minimum RTO
+// (200 ms), so it tells a tail made of losses from one made of queueing,
+// pauses or the emulation.
+type RCTTail struct {
+	Requests int `json:"requests"`
+	// WithRTO is absent on kernels whose TCP_INFO does not count
+	// timeouts (before Linux 6.7).
+	WithRTO        *int    `json:"with_rto,omitempty"`
+	WithRetransmit int     `json:"with_retransmit"`
+	StartLagP50Us  float64 `json:"start_lag_p50_us"`
 }
 
 // RCTSummary is a distribution of request completion times. P99Us is the
@@ -202,14 +221,24 @@ type OnRampRun struct {
 	FCTsByAppClock int `json:"fcts_by_app_clock"`
 	// The bottleneck: its rate over the run, its queue (qdisc backlog
 	// samples), drops; Retransmits over every flow.
-	ThroughputBps  float64 `json:"throughput_bps"`
-	Utilization    float64 `json:"utilization"`
-	QueueP50Bytes  float64 `json:"queue_p50_bytes"`
-	QueueP99Bytes  float64 `json:"queue_p99_bytes"`
-	QueueMaxBytes  float64 `json:"queue_max_bytes"`
-	QueueSamples   int     `json:"queue_samples"`
-	Drops          uint64  `json:"drops"`
-	Retransmits    uint64  `json:"retransmits"`
+	ThroughputBps float64 `json:"throughput_bps"`
+	Utilization   float64 `json:"utilization"`
+	QueueP50Bytes float64 `json:"queue_p50_bytes"`
+	QueueP99Bytes float64 `json:"queue_p99_bytes"`
+	QueueMaxBytes float64 `json:"queue_max_bytes"`
+	QueueSamples  int     `json:"queue_samples"`
+	Drops         uint64  `json:"drops"`
+	Retransmits   uint64  `json:"retransmits"`
+	// RTOs is how many retransmission timeouts the flows' senders took,
+	// and DSACKDups how many of their retransmissions the receiver
+	// reported as duplicates (spurious), both from TCP_INFO
+	// (tcpi_total_rto needs Linux 6.7: 0 before it).
+	RTOs uint64 `json:"rtos"`
+	// BacklogDrops is what CPUs' full input backlogs dropped over the run,
+	// over the whole machine (readBacklogDrops): losses besides the
+	// bottleneck's.
+	BacklogDrops   uint64  `json:"backlog_drops"`
+	DSACKDups      uint64  `json:"dsack_dups"`
 	CPUBusy        float64 `json:"cpu_busy"`
 	DurationMillis float64 `json:"duration_ms"`
 	// BPF is what ccload's kinds of BPF program (struct_ops CCs, sockops,

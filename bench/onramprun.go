@@ -184,6 +184,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 	runs := make(map[string][]OnRampRun, len(vs))
 	rcts := make(map[string][]float64, len(vs))
 	netRCTs := make(map[string][]float64, len(vs))
+	details := make(map[string][]requestDetail, len(vs))
 	bgFCTs := make(map[string][]stats.FCT, len(vs))
 	intOn := map[string]bool{}
 	total := cfg.Repeat * len(vs)
@@ -204,6 +205,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 			runs[name] = append(runs[name], out.res)
 			rcts[name] = append(rcts[name], out.rcts...)
 			netRCTs[name] = append(netRCTs[name], out.netRCTs...)
+			details[name] = append(details[name], out.reqs...)
 			bgFCTs[name] = append(bgFCTs[name], out.fcts...)
 			intOn[name] = intOn[name] || out.int
 			r.say("%s %s: %s (%v)", step, name, onrampSummaryLine(out.res), time.Since(started).Round(100*time.Millisecond))
@@ -213,6 +215,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 		name := v.String()
 		res := summariseOnRamp(v, runs[name], rcts[name], bgFCTs[name], r.idealFCT)
 		res.NetRCT = summariseRCT(netRCTs[name])
+		res.RCTTail = rctTail(details[name], res.RCT.TailUs, kernelCountsRTOs(rep.Results.Machine.Kernel))
 		res.Params, res.ECN, res.INT = r.params[v.cc], r.ecn[v.cc], intOn[name]
 		rep.Results.Variants = append(rep.Results.Variants, res)
 		rep.rcts = append(rep.rcts, rcts[name])
@@ -340,8 +343,10 @@ type onrampOut struct {
 	res     OnRampRun
 	rcts    []float64 // µs, of the completed requests
 	netRCTs []float64 // µs, their slowest response's FCT
-	fcts    []stats.FCT
-	int     bool
+	// reqs describes the same requests, in the same order.
+	reqs []requestDetail
+	fcts []stats.FCT
+	int  bool
 }
 
 // run runs the traffic once for v with workload seed seed: with On-Ramp
@@ -677,6 +682,7 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	}
 	defer closeSink()
 	cpuBefore, cpuErr := readCPUTimes()
+	backlogBefore, backlogErr := readBacklogDrops()
 	countersBefore := r.ccCounters(v.cc)
 	defer func() {
 		if err == nil {
@@ -744,6 +750,7 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 		done, failed    int
 		last, lastBegin time.Duration
 		slowest         time.Duration // the largest response FCT
+		rto, retrans    bool          // a response hit an RTO, or retransmitted
 	}
 	byReq := make([]request, len(reqs))
 	var lags []float64
@@ -753,6 +760,8 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 		}
 		if f.err == nil && f.res.Info != nil {
 			res.Retransmits += uint64(f.res.Info.Total_retrans)
+			res.RTOs += uint64(f.res.Info.Total_rto)
+			res.DSACKDups += uint64(f.res.Info.Dsack_dups)
 		}
 		fct := f.res.AckedIn
 		if f.err == nil && f.kind != orLong && fct <= 0 {
@@ -789,6 +798,10 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			q.done++
 			q.last = max(q.last, f.begin+fct)
 			q.slowest = max(q.slowest, fct)
+			if i := f.res.Info; i != nil {
+				q.rto = q.rto || i.Total_rto > 0
+				q.retrans = q.retrans || i.Total_retrans > 0
+			}
 		}
 	}
 	res.Requests = len(reqs)
@@ -800,6 +813,8 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 		res.RequestsCompleted++
 		out.rcts = append(out.rcts, float64(q.last-reqs[k])/float64(time.Microsecond))
 		out.netRCTs = append(out.netRCTs, float64(q.slowest)/float64(time.Microsecond))
+		out.reqs = append(out.reqs, requestDetail{
+			rctUs: out.rcts[len(out.rcts)-1], lagUs: lags[len(lags)-1], rto: q.rto, retrans: q.retrans})
 	}
 	if len(out.rcts) > 0 {
 		s := stats.Sorted(out.rcts)
@@ -834,6 +849,11 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	if cpuErr == nil {
 		if after, err := readCPUTimes(); err == nil {
 			res.CPUBusy = after.busySince(cpuBefore)
+		}
+	}
+	if backlogErr == nil {
+		if after, err := readBacklogDrops(); err == nil && after >= backlogBefore {
+			res.BacklogDrops = after - backlogBefore
 		}
 	}
 	return out, nil
@@ -885,8 +905,8 @@ func firstOnRampErr(flows []orFlow) error {
 
 // onrampSummaryLine is a run's progress line.
 func onrampSummaryLine(x OnRampRun) string {
-	s := fmt.Sprintf("%d/%d requests, RCT p50 %.1f ms p99 %.1f ms, long flow %.1f Mbit/s, queue p99 %.0f KB, %d drops",
-		x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3, x.LongFlowBps/1e6, x.QueueP99Bytes/1e3, x.Drops)
+	s := fmt.Sprintf("%d/%d requests, RCT p50 %.1f ms p99 %.1f ms, long flow %.1f Mbit/s, queue p99 %.0f KB, %d drops (%d more at CPU backlogs), %d retransmits, %d RTOs",
+		x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3, x.LongFlowBps/1e6, x.QueueP99Bytes/1e3, x.Drops, x.BacklogDrops, x.Retransmits, x.RTOs)
 	if o := x.OnRamp; o != nil {
 		s += fmt.Sprintf(", %d pauses (%.2f s)", o.Pauses, o.PauseSeconds)
 	}

@@ -41,6 +41,9 @@ func onrampFigures() []onrampFigure {
 		{"queue_max_bytes", always(func(r OnRampRun) float64 { return r.QueueMaxBytes })},
 		{"drops", always(func(r OnRampRun) float64 { return float64(r.Drops) })},
 		{"retransmits", always(func(r OnRampRun) float64 { return float64(r.Retransmits) })},
+		{"rtos", always(func(r OnRampRun) float64 { return float64(r.RTOs) })},
+		{"backlog_drops", always(func(r OnRampRun) float64 { return float64(r.BacklogDrops) })},
+		{"dsack_dups", always(func(r OnRampRun) float64 { return float64(r.DSACKDups) })},
 		{"start_lag_p99_us", always(func(r OnRampRun) float64 { return r.StartLagP99Us })},
 		{"cpu_busy", always(func(r OnRampRun) float64 { return r.CPUBusy })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
@@ -99,6 +102,57 @@ func summariseOnRamp(v onrampVariant, runs []OnRampRun, rcts []float64, fcts []s
 		}
 	}
 	return out
+}
+
+// requestDetail is one completed request of a run: its RCT and start
+// lag in µs, and whether a response's sender took a retransmission
+// timeout or retransmitted at all.
+type requestDetail struct {
+	rctUs, lagUs float64
+	rto, retrans bool
+}
+
+// rctTail describes the requests whose RCT is at least tailUs, or is nil
+// when tailUs is 0 (no percentile supported) or no request reaches it.
+// rtos says whether the kernel counted timeouts.
+func rctTail(reqs []requestDetail, tailUs float64, rtos bool) *RCTTail {
+	if !(tailUs > 0) {
+		return nil
+	}
+	var out RCTTail
+	var withRTO int
+	var lags []float64
+	for _, q := range reqs {
+		if q.rctUs < tailUs {
+			continue
+		}
+		out.Requests++
+		if q.rto {
+			withRTO++
+		}
+		if q.retrans {
+			out.WithRetransmit++
+		}
+		lags = append(lags, q.lagUs)
+	}
+	if out.Requests == 0 {
+		return nil
+	}
+	if rtos {
+		out.WithRTO = &withRTO
+	}
+	out.StartLagP50Us = stats.Percentile(stats.Sorted(lags), 50)
+	return &out
+}
+
+// kernelCountsRTOs reports whether a kernel of this release fills
+// TCP_INFO's tcpi_total_rto, which Linux 6.7 added.
+func kernelCountsRTOs(release string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 6 || (major == 6 && minor >= 7)
 }
 
 // summariseRCT summarises RCTs in µs.
