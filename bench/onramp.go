@@ -160,6 +160,10 @@ type OnRampConfig struct {
 	// holds out of their RTT samples (docs/onramp.md). Like host_bw, it
 	// only reaches a CC the bench attaches itself.
 	CCHolds bool
+	// Strawman runs On-Ramp's strawman (the paper's §3.1: pause O - T,
+	// without lag compensation) instead of its final algorithm, to
+	// compare the two (onramp.Config.Strawman).
+	Strawman bool
 	// SampleInterval is the bottleneck queue's sampling interval.
 	SampleInterval time.Duration
 	// Seed is the workload seed of the first repeat.

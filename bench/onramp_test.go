@@ -135,7 +135,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		Topology: OnRampTopology{Kind: "dumbbell", Servers: 16, BackgroundSenders: 4, RateBps: 1e8, BufferBytes: 1 << 18, GSOBytes: 8192, SenderQdisc: "fq", ECNMarker: MarkerHop},
 		Workload: OnRampWorkload{DurationSeconds: 1, Fanout: 16, ResponseBytes: 65536, IncastLoad: 0.2, RequestRate: 2.4, MaxRequests: 10,
 			BackgroundLoad: 0.4, LongFlows: 1, SampleMicros: 1000, Seed: 1},
-		OnRamp: OnRampSettings{ThresholdNs: 2e6, MaxPauseNs: 1e8, Gain: 1.0 / 16, Peers: []string{"198.18.0.0/15"}, Interfaces: 21, BPFStats: true},
+		OnRamp: OnRampSettings{ThresholdNs: 2e6, MaxPauseNs: 1e8, Gain: 1.0 / 16, Peers: []string{"198.18.0.0/15"}, Interfaces: 21, BPFStats: true, Strawman: true},
 		Repeat: 1, Order: [][]string{{"cubic", "cubic+onramp"}}, Variants: variants, Comparisons: cmp,
 		Targets: OnRampTargets{RCTRatio: 3, RCTCC: "cubic", LongFlowLoss: 0.05, WorseMargin: 0.1}, Verdict: verdict,
 	}, rcts: [][]float64{rcts(100_000), rcts(25_000)}}
@@ -143,7 +143,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 "} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}

@@ -45,6 +45,9 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	if o.CCHolds {
 		holds = "; the CCs that can take its holds out of their RTT samples (onramp_holds=1)"
 	}
+	if o.Strawman {
+		holds += "; the strawman: pauses of O - T, without lag compensation"
+	}
 	fmt.Fprintf(w, "  On-Ramp: T %v, max pause %v, gain %g, on %d interfaces (every sender and the client)%s\n",
 		time.Duration(o.ThresholdNs), time.Duration(o.MaxPauseNs), o.Gain, o.Interfaces, holds)
 

@@ -106,6 +106,9 @@ type OnRampSettings struct {
 	// CCHolds says the CCs that can ran with onramp_holds=1
 	// (OnRampConfig.CCHolds).
 	CCHolds bool `json:"cc_holds,omitempty"`
+	// Strawman says On-Ramp ran its strawman, without lag compensation
+	// (OnRampConfig.Strawman).
+	Strawman bool `json:"strawman,omitempty"`
 }
 
 // OnRampVariant is one CC without or with On-Ramp, over every repeat.

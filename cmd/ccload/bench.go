@@ -222,6 +222,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
+	f.BoolVar(&orCfg.Strawman, "onramp-strawman", false, "onramp: run On-Ramp's strawman (pause O - T, without the lag compensation of its final algorithm), to compare the two")
 	f.BoolVar(&orCfg.CCHolds, "onramp-cc-holds", false, "onramp: attach the CCs that can (theta_powertcp, powertcp) with onramp_holds=1, so that they take On-Ramp's pauses out of their RTT samples (docs/onramp.md)")
 	f.BoolVar(&orCfg.BPFCosts, "onramp-bpf-costs", false, "onramp: time every BPF program with the kernel's BPF statistics and report On-Ramp's share of the CPUs (the On-Ramp BPF % column) and each program's cost (results.json); off by default, as the statistics' clock reads slow every program and so change what the run measures")
 	f.BoolVar(&cfg.KeepCPUsAwake, "keep-cpus-awake", false, "run a SCHED_IDLE spinner on every CPU while the CCs run, so that no CPU halts between ACKs: per-ACK costs as on a busy server rather than an idle VM (the cpu % column then counts the spinners)")
