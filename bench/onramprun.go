@@ -807,15 +807,16 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	}
 	res.Requests = len(reqs)
 	for k, q := range byReq {
-		lags = append(lags, float64(q.lastBegin-reqs[k])/float64(time.Microsecond))
+		lag := float64(q.lastBegin-reqs[k]) / float64(time.Microsecond)
+		lags = append(lags, lag)
 		if q.failed > 0 || q.done != c.Fanout {
 			continue
 		}
 		res.RequestsCompleted++
-		out.rcts = append(out.rcts, float64(q.last-reqs[k])/float64(time.Microsecond))
+		rct := float64(q.last-reqs[k]) / float64(time.Microsecond)
+		out.rcts = append(out.rcts, rct)
 		out.netRCTs = append(out.netRCTs, float64(q.slowest)/float64(time.Microsecond))
-		out.reqs = append(out.reqs, requestDetail{
-			rctUs: out.rcts[len(out.rcts)-1], lagUs: lags[len(lags)-1], rto: q.rto, retrans: q.retrans})
+		out.reqs = append(out.reqs, requestDetail{rctUs: rct, lagUs: lag, rto: q.rto, retrans: q.retrans})
 	}
 	if len(out.rcts) > 0 {
 		s := stats.Sorted(out.rcts)
