@@ -85,14 +85,15 @@ Scenarios:
              once without and once with On-Ramp (--onramp-threshold,
              --onramp-max-pause) per repeat, fq and GSO --gso on every
              sender in both. Reports request completion times, background
-             FCTs, the long flow's throughput, the queue, On-Ramp's
-             pauses, the CPUs busy (and with --onramp-bpf-costs the share
-             On-Ramp's programs took), and the ratios without/with. Its
-             own defaults: --cc cubic,bbr,bpf_dctcp,theta_powertcp, --rate
-             100mbit, --buffer 1MiB, --ecn-threshold 20KB, 15s per run,
-             queue sampled every 1ms; --quick: 8 servers, 2 background
-             senders. It needs sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves
-             it out
+             FCTs, the long flow's throughput, the queue, retransmission
+             timeouts (and how many of the slowest requests took one),
+             On-Ramp's pauses, the CPUs busy (and with --onramp-bpf-costs
+             the share On-Ramp's programs took), and the ratios
+             without/with. Its own defaults: --cc
+             cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
+             1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
+             1ms; --quick: 8 servers, 2 background senders. It needs
+             sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
 
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
 CCs are attached for the run if they are not attached yet, and INT is
