@@ -236,12 +236,12 @@ type OnRampRun struct {
 	// and DSACKDups how many of their retransmissions the receiver
 	// reported as duplicates (spurious), both from TCP_INFO
 	// (tcpi_total_rto needs Linux 6.7: 0 before it).
-	RTOs uint64 `json:"rtos"`
+	RTOs      uint64 `json:"rtos"`
+	DSACKDups uint64 `json:"dsack_dups"`
 	// BacklogDrops is what CPUs' full input backlogs dropped over the run,
 	// over the whole machine (readBacklogDrops): losses besides the
 	// bottleneck's.
 	BacklogDrops   uint64  `json:"backlog_drops"`
-	DSACKDups      uint64  `json:"dsack_dups"`
 	CPUBusy        float64 `json:"cpu_busy"`
 	DurationMillis float64 `json:"duration_ms"`
 	// BPF is what ccload's kinds of BPF program (struct_ops CCs, sockops,
