@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/ccload/ccload/loader"
 	"github.com/ccload/ccload/qdisc"
 	"github.com/ccload/ccload/telemetry/sockops"
+	"github.com/ccload/ccload/testbed"
 )
 
 // TestOnRampConfigValidation checks that bad onramp configurations fail
@@ -84,7 +86,8 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	run := func(rctUs, longBps float64, on bool) OnRampRun {
 		r := OnRampRun{Requests: 10, RequestsCompleted: 10, RCTP50Us: rctUs / 2, RCTP99Us: rctUs, RCTMaxUs: rctUs,
 			LongFlowBps: longBps, KernelCCs: []string{"cubic"}, FCT: []FCTBucket{}, DurationMillis: 1000,
-			Responses: 160, BackgroundFlows: 3, SinkResults: 164}
+			Responses: 160, BackgroundFlows: 3, SinkResults: 164,
+			TCPExt: map[string]uint64{"TCPLossProbes": 7, "TCPSackRecovery": 2, "TCPRenoRecovery": 1, "TCPDSACKUndo": 3}}
 		r.BPF = []ProgramCost{{Program: "int_hop", Type: ProgramTC, Runs: 900, NsPerRun: 400}}
 		if on {
 			busy := 0.004
@@ -143,9 +146,14 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T"} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
+		}
+	}
+	for _, v := range rep.Results.Variants {
+		if got := v.Figures["recoveries"]; got.Median != 3 {
+			t.Errorf("%s: recoveries %+v, want TCPSackRecovery + TCPRenoRecovery = 3", v.Name, got)
 		}
 	}
 	noStats := *rep
@@ -433,6 +441,9 @@ func TestOnRampScenarioQuick(t *testing.T) {
 		case v.OnRamp && (r.OnRamp == nil || r.OnRamp.BPFBusy == nil || !(*r.OnRamp.BPFBusy > 0)):
 			t.Errorf("%s: no share of the CPUs for On-Ramp's programs: %+v", v.Name, r.OnRamp)
 		}
+		if _, ok := r.TCPExt["TCPLossProbes"]; !ok {
+			t.Errorf("%s: no TcpExt counters of the senders: %v", v.Name, r.TCPExt)
+		}
 		if v.CC == "bpf_dctcp" && !slices.Equal(v.KernelCCs, []string{"bpf_dctcp"}) {
 			t.Errorf("%s ran as %v: ECN was not negotiated", v.Name, v.KernelCCs)
 		}
@@ -489,5 +500,57 @@ func TestParseBacklogDrops(t *testing.T) {
 				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseNetstat(t *testing.T) {
+	const two = "TcpExt: SyncookiesSent TCPLossProbes\nTcpExt: 0 42\nIpExt: InNoRoutes\nIpExt: 3\n"
+	for _, tc := range []struct {
+		name, text, group string
+		want              map[string]uint64
+		err               bool
+	}{
+		{name: "TcpExt", text: two, group: "TcpExt", want: map[string]uint64{"SyncookiesSent": 0, "TCPLossProbes": 42}},
+		{name: "the second group", text: two, group: "IpExt", want: map[string]uint64{"InNoRoutes": 3}},
+		{name: "absent", text: two, group: "MPTcpExt", err: true},
+		{name: "values short", text: "TcpExt: A B\nTcpExt: 1\n", group: "TcpExt", err: true},
+		{name: "no values line", text: "TcpExt: A B\n", group: "TcpExt", err: true},
+		{name: "not a number", text: "TcpExt: A\nTcpExt: x\n", group: "TcpExt", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseNetstat(tc.text, tc.group)
+			if (err != nil) != tc.err {
+				t.Fatalf("err %v, want an error: %v", err, tc.err)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadTCPExt reads a fresh namespace's counters: every counter the
+// bench records is there, and nothing has been counted yet.
+func TestReadTCPExt(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := testbed.NewPair(ctx, "cbx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := readTCPExt(p.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range tcpExtNames() {
+		if v, ok := c[k]; !ok || v != 0 {
+			t.Errorf("%s: %d (present %v), want 0 in a new namespace", k, v, ok)
+		}
 	}
 }

@@ -110,6 +110,10 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
 	}
 
+	if err := res.writeLossRepair(w); err != nil {
+		return err
+	}
+
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	head = []string{"cc", "RCT p99 ms without", "with", "ratio", "p50 ratio", "tail ratio", "net p99 ratio", "long flow Mbit/s without", "with", "loss %", "paired loss %"}
@@ -178,6 +182,46 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "worse with On-Ramp: %s\n", strings.Join(vd.Worse, "; "))
 	}
+	return nil
+}
+
+// writeLossRepair prints how the senders' TCP found and repaired losses,
+// per variant, from their TcpExt counters; nothing for results from
+// before they were recorded.
+func (res *OnRampResults) writeLossRepair(w io.Writer) error {
+	recorded := false
+	for _, v := range res.Variants {
+		_, ok := v.Figures["loss_probes"]
+		recorded = recorded || ok
+	}
+	if !recorded {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	cols := []struct{ head, fig string }{
+		{"retrans", "retransmits"}, {"DSACKed", "dsack_dups"}, {"loss probes", "loss_probes"},
+		{"recoveries", "recoveries"}, {"undone", "undos"}, {"reordering seen", "reorder_seen"},
+		{"timeouts", "timeouts"}, {"DSACKs", "dsacks"}, {"rtx skipped: in host queue", "rtx_in_host_queue"},
+	}
+	head := []string{"variant"}
+	for _, c := range cols {
+		head = append(head, c.head)
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, v := range res.Variants {
+		row := []string{v.Name}
+		for _, c := range cols {
+			row = append(row, spreadCell(v.Figures, c.fig, scaled(1, "%.0f")))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "Loss detection and repair at the senders, per run (the TcpExt counters of the servers' and background senders' namespaces, /proc/net/netstat):")
+	fmt.Fprintln(w, "loss probes: TCPLossProbes; recoveries: TCPSackRecovery + TCPRenoRecovery; undone: TCPFullUndo + TCPPartialUndo + TCPDSACKUndo + TCPLossUndo;")
+	fmt.Fprintln(w, "reordering seen: TCPSACKReorder + TCPTSReorder + TCPRenoReorder; timeouts: TCPTimeouts; DSACKs: TCPDSACKRecv + TCPDSACKOfoRecv; in host queue: TCPSpuriousRtxHostQueues.")
 	return nil
 }
 

@@ -241,9 +241,15 @@ type OnRampRun struct {
 	// BacklogDrops is what CPUs' full input backlogs dropped over the run,
 	// over the whole machine (readBacklogDrops): losses besides the
 	// bottleneck's.
-	BacklogDrops   uint64  `json:"backlog_drops"`
-	CPUBusy        float64 `json:"cpu_busy"`
-	DurationMillis float64 `json:"duration_ms"`
+	BacklogDrops uint64 `json:"backlog_drops"`
+	// TCPExt is how much each of the senders' TcpExt counters of loss
+	// detection and repair (tcpExtNames: tail loss probes, recoveries,
+	// undos, reordering, DSACKs) grew over the run, summed over the
+	// servers' and background senders' namespaces; a counter the kernel
+	// lacks is absent.
+	TCPExt         map[string]uint64 `json:"tcp_ext,omitempty"`
+	CPUBusy        float64           `json:"cpu_busy"`
+	DurationMillis float64           `json:"duration_ms"`
 	// BPF is what ccload's kinds of BPF program (struct_ops CCs, sockops,
 	// tc) that ran during the run cost, from the kernel's BPF statistics,
 	// busiest first: the CC, the INT hop, and with On-Ramp its programs,

@@ -684,6 +684,11 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	defer closeSink()
 	cpuBefore, cpuErr := readCPUTimes()
 	backlogBefore, backlogErr := readBacklogDrops()
+	senders := append(slices.Clone(r.servers), r.bg...)
+	tcpExtBefore, err := sumTCPExt(senders)
+	if err != nil {
+		return out, err
+	}
 	countersBefore := r.ccCounters(v.cc)
 	defer func() {
 		if err == nil {
@@ -858,6 +863,11 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			res.BacklogDrops = after - backlogBefore
 		}
 	}
+	tcpExtAfter, err := sumTCPExt(senders)
+	if err != nil {
+		return out, err
+	}
+	res.TCPExt = counterDelta(tcpExtBefore, tcpExtAfter)
 	return out, nil
 }
 
@@ -909,6 +919,10 @@ func firstOnRampErr(flows []orFlow) error {
 func onrampSummaryLine(x OnRampRun) string {
 	s := fmt.Sprintf("%d/%d requests, RCT p50 %.1f ms p99 %.1f ms, long flow %.1f Mbit/s, queue p99 %.0f KB, %d drops (%d more at CPU backlogs), %d retransmits, %d RTOs",
 		x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3, x.LongFlowBps/1e6, x.QueueP99Bytes/1e3, x.Drops, x.BacklogDrops, x.Retransmits, x.RTOs)
+	if e := x.TCPExt; e != nil {
+		s += fmt.Sprintf(", %d loss probes, %d recoveries (%d undone)", e["TCPLossProbes"],
+			e["TCPSackRecovery"]+e["TCPRenoRecovery"], e["TCPFullUndo"]+e["TCPPartialUndo"]+e["TCPDSACKUndo"]+e["TCPLossUndo"])
+	}
 	if o := x.OnRamp; o != nil {
 		s += fmt.Sprintf(", %d pauses (%.2f s)", o.Pauses, o.PauseSeconds)
 	}

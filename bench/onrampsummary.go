@@ -27,6 +27,20 @@ func onrampFigures() []onrampFigure {
 			return f(r.OnRamp), true
 		}
 	}
+	// The sum of the senders' TcpExt counters names grew by; absent for a
+	// run from before they were recorded.
+	tcpExt := func(names ...string) func(OnRampRun) (float64, bool) {
+		return func(r OnRampRun) (float64, bool) {
+			if r.TCPExt == nil {
+				return 0, false
+			}
+			var n uint64
+			for _, k := range names {
+				n += r.TCPExt[k]
+			}
+			return float64(n), true
+		}
+	}
 	figs := []onrampFigure{
 		{"rct_p50_us", func(r OnRampRun) (float64, bool) { return r.RCTP50Us, r.RequestsCompleted > 0 }},
 		{"rct_p99_us", func(r OnRampRun) (float64, bool) { return r.RCTP99Us, r.RequestsCompleted > 0 }},
@@ -44,6 +58,13 @@ func onrampFigures() []onrampFigure {
 		{"rtos", always(func(r OnRampRun) float64 { return float64(r.RTOs) })},
 		{"backlog_drops", always(func(r OnRampRun) float64 { return float64(r.BacklogDrops) })},
 		{"dsack_dups", always(func(r OnRampRun) float64 { return float64(r.DSACKDups) })},
+		{"loss_probes", tcpExt("TCPLossProbes")},
+		{"recoveries", tcpExt("TCPSackRecovery", "TCPRenoRecovery")},
+		{"undos", tcpExt("TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo")},
+		{"reorder_seen", tcpExt("TCPSACKReorder", "TCPTSReorder", "TCPRenoReorder")},
+		{"timeouts", tcpExt("TCPTimeouts")},
+		{"dsacks", tcpExt("TCPDSACKRecv", "TCPDSACKOfoRecv")},
+		{"rtx_in_host_queue", tcpExt("TCPSpuriousRtxHostQueues")},
 		{"start_lag_p99_us", always(func(r OnRampRun) float64 { return r.StartLagP99Us })},
 		{"cpu_busy", always(func(r OnRampRun) float64 { return r.CPUBusy })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
