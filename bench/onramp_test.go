@@ -87,7 +87,8 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		r := OnRampRun{Requests: 10, RequestsCompleted: 10, RCTP50Us: rctUs / 2, RCTP99Us: rctUs, RCTMaxUs: rctUs,
 			LongFlowBps: longBps, KernelCCs: []string{"cubic"}, FCT: []FCTBucket{}, DurationMillis: 1000,
 			Responses: 160, BackgroundFlows: 3, SinkResults: 164,
-			TCPExt: map[string]uint64{"TCPLossProbes": 7, "TCPSackRecovery": 2, "TCPRenoRecovery": 1, "TCPDSACKUndo": 3}}
+			TCPExt:   map[string]uint64{"TCPLossProbes": 7, "TCPSackRecovery": 2, "TCPRenoRecovery": 1, "TCPDSACKUndo": 3},
+			LongFlow: &LongFlowState{CwndP50: 20, SRTTP50Us: 1500, MSS: 1436, BusyMs: 1000, SndbufLimitedMs: 250}}
 		r.BPF = []ProgramCost{{Program: "int_hop", Type: ProgramTC, Runs: 900, NsPerRun: 400}}
 		if on {
 			busy := 0.004
@@ -146,7 +147,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues"} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p99 <10KB", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -154,6 +155,9 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	for _, v := range rep.Results.Variants {
 		if got := v.Figures["recoveries"]; got.Median != 3 {
 			t.Errorf("%s: recoveries %+v, want TCPSackRecovery + TCPRenoRecovery = 3", v.Name, got)
+		}
+		if got := v.Figures["long_flow_sndbuf_limited_share"]; got.Median != 0.25 {
+			t.Errorf("%s: send-buffer-limited share %+v, want 250/1000", v.Name, got)
 		}
 	}
 	noStats := *rep
@@ -440,6 +444,9 @@ func TestOnRampScenarioQuick(t *testing.T) {
 			t.Errorf("%s: On-Ramp's programs ran without On-Ramp: %v", v.Name, onrampProgs)
 		case v.OnRamp && (r.OnRamp == nil || r.OnRamp.BPFBusy == nil || !(*r.OnRamp.BPFBusy > 0)):
 			t.Errorf("%s: no share of the CPUs for On-Ramp's programs: %+v", v.Name, r.OnRamp)
+		}
+		if l := r.LongFlow; l == nil || !(l.CwndP50 > 0) || !(l.SRTTP50Us > 0) || l.MSS == 0 || !(l.BusyMs > 0) {
+			t.Errorf("%s: the long flow's TCP_INFO %+v", v.Name, l)
 		}
 		if _, ok := r.TCPExt["TCPLossProbes"]; !ok {
 			t.Errorf("%s: no TcpExt counters of the senders: %v", v.Name, r.TCPExt)

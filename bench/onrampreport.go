@@ -186,13 +186,14 @@ func (r *OnRampReport) Table(w io.Writer) error {
 }
 
 // writeLossRepair prints how the senders' TCP found and repaired losses,
-// per variant, from their TcpExt counters; nothing for results from
-// before they were recorded.
+// per variant, from their TcpExt counters, and what the long flow's
+// TCP_INFO said; nothing for results from before they were recorded.
 func (res *OnRampResults) writeLossRepair(w io.Writer) error {
 	recorded := false
 	for _, v := range res.Variants {
-		_, ok := v.Figures["loss_probes"]
-		recorded = recorded || ok
+		_, probes := v.Figures["loss_probes"]
+		_, long := v.Figures["long_flow_cwnd_p50"]
+		recorded = recorded || probes || long
 	}
 	if !recorded {
 		return nil
@@ -203,6 +204,8 @@ func (res *OnRampResults) writeLossRepair(w io.Writer) error {
 		{"retrans", "retransmits"}, {"DSACKed", "dsack_dups"}, {"loss probes", "loss_probes"},
 		{"recoveries", "recoveries"}, {"undone", "undos"}, {"reordering seen", "reorder_seen"},
 		{"timeouts", "timeouts"}, {"DSACKs", "dsacks"}, {"rtx skipped: in host queue", "rtx_in_host_queue"},
+		{"long flow cwnd p50", "long_flow_cwnd_p50"}, {"srtt p50 ms", "long_flow_srtt_p50_us"},
+		{"sndbuf-limited %", "long_flow_sndbuf_limited_share"}, {"rwnd-limited %", "long_flow_rwnd_limited_share"},
 	}
 	head := []string{"variant"}
 	for _, c := range cols {
@@ -212,16 +215,25 @@ func (res *OnRampResults) writeLossRepair(w io.Writer) error {
 	for _, v := range res.Variants {
 		row := []string{v.Name}
 		for _, c := range cols {
-			row = append(row, spreadCell(v.Figures, c.fig, scaled(1, "%.0f")))
+			format := scaled(1, "%.0f")
+			switch c.fig {
+			case "long_flow_srtt_p50_us":
+				format = scaled(1e-3, "%.2f")
+			case "long_flow_sndbuf_limited_share", "long_flow_rwnd_limited_share":
+				format = scaled(100, "%.0f")
+			}
+			row = append(row, spreadCell(v.Figures, c.fig, format))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "Loss detection and repair at the senders, per run (the TcpExt counters of the servers' and background senders' namespaces, /proc/net/netstat):")
+	fmt.Fprintln(w, "Loss detection and repair at the senders, and the long flow, per run (the TcpExt counters of the servers' and background senders' namespaces, /proc/net/netstat):")
 	fmt.Fprintln(w, "loss probes: TCPLossProbes; recoveries: TCPSackRecovery + TCPRenoRecovery; undone: TCPFullUndo + TCPPartialUndo + TCPDSACKUndo + TCPLossUndo;")
 	fmt.Fprintln(w, "reordering seen: TCPSACKReorder + TCPTSReorder + TCPRenoReorder; timeouts: TCPTimeouts; DSACKs: TCPDSACKRecv + TCPDSACKOfoRecv; in host queue: TCPSpuriousRtxHostQueues.")
+	fmt.Fprintln(w, "long flow: its TCP_INFO, the medians of its window (segments) and smoothed RTT sampled every 20 ms after the first tenth of the run,")
+	fmt.Fprintln(w, "and the share of the time it had data outstanding that its send buffer or the receiver's window limited it (tcpi_sndbuf_limited, tcpi_rwnd_limited over tcpi_busy_time).")
 	return nil
 }
 

@@ -212,6 +212,9 @@ type OnRampRun struct {
 	// flow failed (then it is 0).
 	LongFlowBps    float64 `json:"long_flow_bps"`
 	LongFlowFailed bool    `json:"long_flow_failed"`
+	// LongFlow is what the long flow's TCP_INFO said; absent when it
+	// failed.
+	LongFlow *LongFlowState `json:"long_flow,omitempty"`
 	// SinkResults is what the client received: connections, and those
 	// whose bytes were short, corrupt or cut (SinkBad). Every started
 	// flow that succeeded has an intact sink result.
@@ -261,6 +264,22 @@ type OnRampRun struct {
 	// CCCounters are ccload's CC's own counters over the run (loader.Stats:
 	// acks, rtt_samples, rtt_held, ...); absent for a kernel CC.
 	CCCounters map[string]uint64 `json:"cc_counters,omitempty"`
+}
+
+// LongFlowState is the long flow's sending socket as TCP_INFO showed it:
+// its window and smoothed RTT, sampled every 20 ms after the run's first
+// tenth (their medians), and, over the whole flow, how long it had data
+// outstanding and how much of that time the receiver's window or its own
+// send buffer limited it (tcpi_busy_time, tcpi_rwnd_limited,
+// tcpi_sndbuf_limited). Throughput is about cwnd x MSS / srtt while
+// neither limits it.
+type LongFlowState struct {
+	CwndP50         float64 `json:"cwnd_p50"`
+	SRTTP50Us       float64 `json:"srtt_p50_us"`
+	MSS             uint32  `json:"mss"`
+	BusyMs          float64 `json:"busy_ms"`
+	RwndLimitedMs   float64 `json:"rwnd_limited_ms"`
+	SndbufLimitedMs float64 `json:"sndbuf_limited_ms"`
 }
 
 // OnRampCounters are On-Ramp's counters over one run (onramp.Status):

@@ -781,6 +781,7 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 				continue
 			}
 			res.LongFlowBps = longFlowRate(f, c.Duration/10, c.Duration)
+			res.LongFlow = longFlowState(f, c.Duration/10, c.Duration)
 		case orBackground:
 			res.BackgroundFlows++
 			if f.err != nil {
@@ -869,6 +870,30 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	}
 	res.TCPExt = counterDelta(tcpExtBefore, tcpExtAfter)
 	return out, nil
+}
+
+// longFlowState is the long flow's window and RTT, from its TCP_INFO
+// samples between from and to after the run's start, and its limits,
+// from its last TCP_INFO; nil without samples.
+func longFlowState(f orFlow, from, to time.Duration) *LongFlowState {
+	var cwnds, rtts []float64
+	for _, x := range f.res.Samples {
+		if at := f.begin + x.At; at >= from && at <= to {
+			cwnds = append(cwnds, float64(x.Cwnd))
+			rtts = append(rtts, float64(x.RTT)/float64(time.Microsecond))
+		}
+	}
+	if len(cwnds) == 0 {
+		return nil
+	}
+	out := &LongFlowState{CwndP50: stats.Percentile(stats.Sorted(cwnds), 50), SRTTP50Us: stats.Percentile(stats.Sorted(rtts), 50)}
+	if i := f.res.Info; i != nil {
+		out.MSS = i.Snd_mss
+		out.BusyMs = float64(i.Busy_time) / 1e3
+		out.RwndLimitedMs = float64(i.Rwnd_limited) / 1e3
+		out.SndbufLimitedMs = float64(i.Sndbuf_limited) / 1e3
+	}
+	return out
 }
 
 // longFlowRate is the long flow's throughput between from and to after

@@ -41,6 +41,14 @@ func onrampFigures() []onrampFigure {
 			return float64(n), true
 		}
 	}
+	longFlow := func(f func(*LongFlowState) float64) func(OnRampRun) (float64, bool) {
+		return func(r OnRampRun) (float64, bool) {
+			if r.LongFlow == nil {
+				return 0, false
+			}
+			return f(r.LongFlow), true
+		}
+	}
 	figs := []onrampFigure{
 		{"rct_p50_us", func(r OnRampRun) (float64, bool) { return r.RCTP50Us, r.RequestsCompleted > 0 }},
 		{"rct_p99_us", func(r OnRampRun) (float64, bool) { return r.RCTP99Us, r.RequestsCompleted > 0 }},
@@ -58,6 +66,20 @@ func onrampFigures() []onrampFigure {
 		{"rtos", always(func(r OnRampRun) float64 { return float64(r.RTOs) })},
 		{"backlog_drops", always(func(r OnRampRun) float64 { return float64(r.BacklogDrops) })},
 		{"dsack_dups", always(func(r OnRampRun) float64 { return float64(r.DSACKDups) })},
+		{"long_flow_cwnd_p50", longFlow(func(l *LongFlowState) float64 { return l.CwndP50 })},
+		{"long_flow_srtt_p50_us", longFlow(func(l *LongFlowState) float64 { return l.SRTTP50Us })},
+		{"long_flow_sndbuf_limited_share", func(r OnRampRun) (float64, bool) {
+			if l := r.LongFlow; l != nil && l.BusyMs > 0 {
+				return l.SndbufLimitedMs / l.BusyMs, true
+			}
+			return 0, false
+		}},
+		{"long_flow_rwnd_limited_share", func(r OnRampRun) (float64, bool) {
+			if l := r.LongFlow; l != nil && l.BusyMs > 0 {
+				return l.RwndLimitedMs / l.BusyMs, true
+			}
+			return 0, false
+		}},
 		{"loss_probes", tcpExt("TCPLossProbes")},
 		{"recoveries", tcpExt("TCPSackRecovery", "TCPRenoRecovery")},
 		{"undos", tcpExt("TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo")},
