@@ -946,7 +946,7 @@ func onrampSummaryLine(x OnRampRun) string {
 		x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3, x.LongFlowBps/1e6, x.QueueP99Bytes/1e3, x.Drops, x.BacklogDrops, x.Retransmits, x.RTOs)
 	if e := x.TCPExt; e != nil {
 		s += fmt.Sprintf(", %d loss probes, %d recoveries (%d undone)", e["TCPLossProbes"],
-			e["TCPSackRecovery"]+e["TCPRenoRecovery"], e["TCPFullUndo"]+e["TCPPartialUndo"]+e["TCPDSACKUndo"]+e["TCPLossUndo"])
+			sumOf(e, tcpExtRecoveries()...), sumOf(e, tcpExtUndos()...))
 	}
 	if o := x.OnRamp; o != nil {
 		s += fmt.Sprintf(", %d pauses (%.2f s)", o.Pauses, o.PauseSeconds)

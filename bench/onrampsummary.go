@@ -34,11 +34,7 @@ func onrampFigures() []onrampFigure {
 			if r.TCPExt == nil {
 				return 0, false
 			}
-			var n uint64
-			for _, k := range names {
-				n += r.TCPExt[k]
-			}
-			return float64(n), true
+			return float64(sumOf(r.TCPExt, names...)), true
 		}
 	}
 	longFlow := func(f func(*LongFlowState) float64) func(OnRampRun) (float64, bool) {
@@ -81,8 +77,8 @@ func onrampFigures() []onrampFigure {
 			return 0, false
 		}},
 		{"loss_probes", tcpExt("TCPLossProbes")},
-		{"recoveries", tcpExt("TCPSackRecovery", "TCPRenoRecovery")},
-		{"undos", tcpExt("TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo")},
+		{"recoveries", tcpExt(tcpExtRecoveries()...)},
+		{"undos", tcpExt(tcpExtUndos()...)},
 		{"reorder_seen", tcpExt("TCPSACKReorder", "TCPTSReorder", "TCPRenoReorder")},
 		{"timeouts", tcpExt("TCPTimeouts")},
 		{"dsacks", tcpExt("TCPDSACKRecv", "TCPDSACKOfoRecv")},

@@ -40,6 +40,24 @@ func tcpExtNames() []string {
 	}
 }
 
+// tcpExtRecoveries are the tcpExtNames that count recoveries entered,
+// which the onramp bench reports as one figure.
+func tcpExtRecoveries() []string { return []string{"TCPSackRecovery", "TCPRenoRecovery"} }
+
+// tcpExtUndos are the tcpExtNames that count recoveries undone.
+func tcpExtUndos() []string {
+	return []string{"TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo"}
+}
+
+// sumOf adds up the counters of m that names lists.
+func sumOf(m map[string]uint64, names ...string) uint64 {
+	var n uint64
+	for _, k := range names {
+		n += m[k]
+	}
+	return n
+}
+
 // readTCPExt reads h's namespace's TcpExt counters. The read runs on a
 // thread inside the namespace, through /proc/thread-self: /proc/net is the
 // process's namespace, not the thread's.
