@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -510,32 +509,6 @@ func TestParseBacklogDrops(t *testing.T) {
 	}
 }
 
-func TestParseNetstat(t *testing.T) {
-	const two = "TcpExt: SyncookiesSent TCPLossProbes\nTcpExt: 0 42\nIpExt: InNoRoutes\nIpExt: 3\n"
-	for _, tc := range []struct {
-		name, text, group string
-		want              map[string]uint64
-		err               bool
-	}{
-		{name: "TcpExt", text: two, group: "TcpExt", want: map[string]uint64{"SyncookiesSent": 0, "TCPLossProbes": 42}},
-		{name: "the second group", text: two, group: "IpExt", want: map[string]uint64{"InNoRoutes": 3}},
-		{name: "absent", text: two, group: "MPTcpExt", err: true},
-		{name: "values short", text: "TcpExt: A B\nTcpExt: 1\n", group: "TcpExt", err: true},
-		{name: "no values line", text: "TcpExt: A B\n", group: "TcpExt", err: true},
-		{name: "not a number", text: "TcpExt: A\nTcpExt: x\n", group: "TcpExt", err: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseNetstat(tc.text, tc.group)
-			if (err != nil) != tc.err {
-				t.Fatalf("err %v, want an error: %v", err, tc.err)
-			}
-			if !maps.Equal(got, tc.want) {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestReadTCPExt reads a fresh namespace's counters: every counter the
 // bench records is there, and nothing has been counted yet.
 func TestReadTCPExt(t *testing.T) {
@@ -551,7 +524,7 @@ func TestReadTCPExt(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	c, err := readTCPExt(p.A)
+	c, err := sumTCPExt([]*testbed.Host{p.A})
 	if err != nil {
 		t.Fatal(err)
 	}

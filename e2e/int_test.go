@@ -9,8 +9,6 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,29 +138,17 @@ func capture(t testing.TB, ctx context.Context, h *testbed.Host, max int) <-chan
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // netnsCounter reads one counter of /proc/net/snmp or netstat in h.
-func netnsCounter(t testing.TB, h *testbed.Host, file, group, name string) uint64 {
+func netnsCounter(t testing.TB, h *testbed.Host, file, group, name string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := h.Command(ctx, "cat", filepath.Join("/proc/net", file)).Output()
+	c, err := h.Counters(file, group)
 	if err != nil {
-		t.Fatalf("read %s in %s: %v", file, h.Name, err)
+		t.Fatal(err)
 	}
-	lines := strings.Split(string(out), "\n")
-	for i := 0; i+1 < len(lines); i++ {
-		head, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-		if len(head) == 0 || head[0] != group+":" || len(vals) != len(head) || vals[0] != group+":" {
-			continue
-		}
-		for j := range head {
-			if head[j] == name {
-				v, _ := strconv.ParseUint(vals[j], 10, 64)
-				return v
-			}
-		}
+	v, ok := c[name]
+	if !ok {
+		t.Fatalf("no %s %s in %s", group, name, file)
 	}
-	t.Fatalf("no %s %s in %s", group, name, file)
-	return 0
+	return v
 }
 
 // TestINTEndToEnd sends data from a sender to a receiver through the INT

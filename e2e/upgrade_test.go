@@ -7,7 +7,6 @@ package e2e
 // connection may notice.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -158,7 +157,7 @@ func underTraffic(t *testing.T, upgrade func(t *testing.T, ctx context.Context, 
 			p := testnet.NewPair(t)
 			netnsSysctl(t, p.A, "net.ipv4.tcp_congestion_control="+upgradeCC)
 			sink := testnet.StartSink(t, p.B, p.B.Addr)
-			abortsA, abortsB := tcpAborts(t, ctx, p.A), tcpAborts(t, ctx, p.B)
+			abortsA, abortsB := tcpAborts(t, p.A), tcpAborts(t, p.B)
 
 			long := startLongFlow(t, p.A, p.B)
 			if got := socketCC(t, long.conn); got != upgradeCC {
@@ -280,9 +279,9 @@ func underTraffic(t *testing.T, upgrade func(t *testing.T, ctx context.Context, 
 			}
 			for _, side := range []struct {
 				h      *testbed.Host
-				before map[string]uint64
+				before map[string]int64
 			}{{p.A, abortsA}, {p.B, abortsB}} {
-				after := tcpAborts(t, ctx, side.h)
+				after := tcpAborts(t, side.h)
 				for k, v := range after {
 					if v != side.before[k] {
 						t.Errorf("%s: %s went from %d to %d", side.h.Name, k, side.before[k], v)
@@ -309,29 +308,16 @@ func ccStatus(t *testing.T, l *loader.Loader) loader.CCStatus {
 
 // tcpAborts reads the TcpExt TCPAbortOn* counters of h's netns (what
 // `nstat -az TcpExtTCPAbortOn*` shows), from /proc/net/netstat.
-func tcpAborts(t *testing.T, ctx context.Context, h *testbed.Host) map[string]uint64 {
+func tcpAborts(t *testing.T, h *testbed.Host) map[string]int64 {
 	t.Helper()
-	out, err := h.Command(ctx, "cat", "/proc/net/netstat").Output()
+	ext, err := h.Counters("netstat", "TcpExt")
 	if err != nil {
-		t.Fatalf("read /proc/net/netstat in %s: %v", h.Name, err)
+		t.Fatal(err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	var names []string
-	counts := map[string]uint64{}
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || fields[0] != "TcpExt:" {
-			continue
-		}
-		if names == nil {
-			names = fields[1:]
-			continue
-		}
-		for i, v := range fields[1:] {
-			if i < len(names) && strings.HasPrefix(names[i], "TCPAbortOn") {
-				n, _ := strconv.ParseUint(v, 10, 64)
-				counts["TcpExt"+names[i]] = n
-			}
+	counts := map[string]int64{}
+	for name, n := range ext {
+		if strings.HasPrefix(name, "TCPAbortOn") {
+			counts["TcpExt"+name] = n
 		}
 	}
 	if len(counts) == 0 {
