@@ -85,8 +85,10 @@ Scenarios:
              once without and once with On-Ramp (--onramp-threshold,
              --onramp-max-pause) per repeat, fq and GSO --gso on every
              sender in both. Reports request completion times, background
-             FCTs, the long flow's throughput, the queue, retransmission
-             timeouts (and how many of the slowest requests took one),
+             FCTs, the long flow's throughput, window and RTT, the queue,
+             retransmission timeouts (and how many of the slowest requests
+             took one), how the senders' TCP found and repaired losses
+             (loss probes, recoveries, undos: their TcpExt counters),
              On-Ramp's pauses, the CPUs busy (and with --onramp-bpf-costs
              the share On-Ramp's programs took), and the ratios
              without/with. Its own defaults: --cc
