@@ -35,7 +35,8 @@ import (
 //   - web-search flows (workload.WebSearch, capped at 1 MB with Quick)
 //     from the background senders to the client, Poisson at Load;
 //   - one long flow from the first background sender for the whole run,
-//     whose throughput after the first tenth is the long-flow throughput.
+//     whose throughput after the first tenth is the long-flow throughput
+//     (left out with NoLongFlow).
 //
 // Every flow runs the CC under test. The hosts share the kernel's clock,
 // so every clock offset is 0 (clocksync.PublishFixed). With On-Ramp, it is
@@ -142,6 +143,11 @@ type OnRampConfig struct {
 	// long flow).
 	Load              float64
 	BackgroundSenders int
+	// NoLongFlow leaves out the long flow that the first background
+	// sender otherwise sends for the whole run, as in the On-Ramp paper's
+	// basic scenario, whose only long flows are web-search's largest.
+	// The long-flow figures and target are then not measured.
+	NoLongFlow bool
 	// GSOBytes is the GSO size of every sender's uplink.
 	GSOBytes uint32
 	// Threshold (T), MaxPause and Gain are On-Ramp's parameters (0 means
@@ -311,6 +317,14 @@ func (c OnRampConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("--sample-interval %v: give 50us to 100ms", c.SampleInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// longFlows is how many long flows a run has: 1, or 0 with NoLongFlow.
+func (c OnRampConfig) longFlows() int {
+	if c.NoLongFlow {
+		return 0
+	}
+	return 1
 }
 
 // requestRate is the requests' arrival rate, per second.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -87,7 +88,8 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 			LongFlowBps: longBps, KernelCCs: []string{"cubic"}, FCT: []FCTBucket{}, DurationMillis: 1000,
 			Responses: 160, BackgroundFlows: 3, SinkResults: 164,
 			TCPExt:   map[string]uint64{"TCPLossProbes": 7, "TCPSackRecovery": 2, "TCPRenoRecovery": 1, "TCPDSACKUndo": 3},
-			LongFlow: &LongFlowState{CwndP50: 20, SRTTP50Us: 1500, MSS: 1436, BusyMs: 1000, SndbufLimitedMs: 250}}
+			LongFlow: &LongFlowState{CwndP50: 20, SRTTP50Us: 1500, MSS: 1436, BusyMs: 1000, SndbufLimitedMs: 250},
+			Runtime:  &RuntimeFigures{SchedLatencyP99Us: 2000, SchedLatencyMaxUs: 8000, GCCycles: 3, GCPauseMaxUs: 500, AllocatedMB: 12}}
 		r.BPF = []ProgramCost{{Program: "int_hop", Type: ProgramTC, Runs: 900, NsPerRun: 400}}
 		if on {
 			busy := 0.004
@@ -155,6 +157,9 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		if got := v.Figures["recoveries"]; got.Median != 3 {
 			t.Errorf("%s: recoveries %+v, want TCPSackRecovery + TCPRenoRecovery = 3", v.Name, got)
 		}
+		if got := v.Figures["gc_cycles"]; got.Median != 3 {
+			t.Errorf("%s: GC cycles %+v, want 3", v.Name, got)
+		}
 		if got := v.Figures["long_flow_sndbuf_limited_share"]; got.Median != 0.25 {
 			t.Errorf("%s: send-buffer-limited share %+v, want 250/1000", v.Name, got)
 		}
@@ -192,6 +197,56 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := schema.Validate(doc); err == nil {
 		t.Errorf("the schema accepted a variant without rct")
 	}
+
+	// The same runs without a long flow (--onramp-long-flow=false): no
+	// long-flow figures, no loss, and a target the table says was not
+	// measured.
+	noLong := func(r OnRampRun) OnRampRun {
+		r.LongFlowBps, r.LongFlow = 0, nil
+		r.SinkResults--
+		return r
+	}
+	short := []OnRampVariant{
+		summariseOnRamp(vs[0], []OnRampRun{noLong(run(400_000, 40e6, false))}, rcts(100_000), fcts(10*time.Millisecond), ideal),
+		summariseOnRamp(vs[1], []OnRampRun{noLong(run(100_000, 39e6, true))}, rcts(25_000), fcts(12*time.Millisecond), ideal),
+	}
+	for _, v := range short {
+		for _, fig := range []string{"long_flow_bps", "long_flow_cwnd_p50", "long_flow_sndbuf_limited_share"} {
+			if got, ok := v.Figures[fig]; ok {
+				t.Errorf("%s without a long flow: %s %+v, want it absent", v.Name, fig, got)
+			}
+		}
+	}
+	cmp, verdict = compareOnRamp([]string{"cubic"}, short, [][]float64{rcts(100_000), rcts(25_000)},
+		[][]float64{rcts(80_000), rcts(40_000)}, [][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
+	if len(cmp) != 1 || cmp[0].LongFlowLoss != nil || cmp[0].LongFlowPairedLoss != nil || !verdict.LongFlowMet {
+		t.Fatalf("without a long flow: comparison %+v, verdict %+v; want no loss and nothing failed", cmp, verdict)
+	}
+	nl := *rep
+	nl.Results.Variants, nl.Results.Comparisons, nl.Results.Verdict = short, cmp, verdict
+	nl.Results.Workload.LongFlows = 0
+	table.Reset()
+	if err := nl.Table(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"4 senders; no long flow;", "long-flow throughput loss with On-Ramp <= 5%: not measured (no long flow)"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("the table without a long flow lacks %q:\n%s", want, table.String())
+		}
+	}
+	// RCT p99 without, with, ratio, p50 ratio, tail ratio, then the net
+	// ratio (no net RCTs here), the long flow's rates, loss, paired loss.
+	if row := regexp.MustCompile(`(?m)^\s*cubic\s+198\.0\s+49\.5\s+4\.00x\s+4\.00x\s+p90: 4\.00x(\s+-){5}\s`); !row.MatchString(table.String()) {
+		t.Errorf("the comparison without a long flow does not show its rates as -:\n%s", table.String())
+	}
+	dir = t.TempDir()
+	if _, err := nl.Write(dir); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if js, err = os.ReadFile(filepath.Join(dir, "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, schema, js)
 }
 
 // TestRCTTail checks which requests count as the tail, and that a kernel
@@ -416,6 +471,9 @@ func TestOnRampScenarioQuick(t *testing.T) {
 		if v.RCT.Count != r.RequestsCompleted || !(v.RCT.P50Us > 0) || v.RCT.P99Us < v.RCT.P50Us {
 			t.Errorf("%s: RCT %+v", v.Name, v.RCT)
 		}
+		if rt := r.Runtime; rt == nil || !(rt.AllocatedMB > 0) || rt.SchedLatencyMaxUs < rt.SchedLatencyP99Us {
+			t.Errorf("%s: the bench process's runtime figures %+v: want bytes allocated, and max latency at or above p99", v.Name, rt)
+		}
 		if v.NetRCT.Count != v.RCT.Count || !(v.NetRCT.P50Us > 0) || v.NetRCT.MaxUs > v.RCT.MaxUs {
 			t.Errorf("%s: network RCT %+v against RCT %+v: a request's slowest response cannot outlast the request", v.Name, v.NetRCT, v.RCT)
 		}
@@ -532,5 +590,29 @@ func TestReadTCPExt(t *testing.T) {
 		if v, ok := c[k]; !ok || v != 0 {
 			t.Errorf("%s: %d (present %v), want 0 in a new namespace", k, v, ok)
 		}
+	}
+}
+
+// TestOnRampSummaryLine checks that the progress line names the long flow
+// only in runs that had one.
+func TestOnRampSummaryLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  OnRampRun
+		long bool
+	}{
+		{name: "long flow", run: OnRampRun{Requests: 2, RequestsCompleted: 2, LongFlowBps: 38.2e6, LongFlow: &LongFlowState{CwndP50: 4}}, long: true},
+		{name: "long flow starved", run: OnRampRun{Requests: 2, RequestsCompleted: 2, LongFlow: &LongFlowState{}}, long: true},
+		{name: "no long flow", run: OnRampRun{Requests: 2, RequestsCompleted: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := onrampSummaryLine(tc.run)
+			if got := strings.Contains(line, "long flow"); got != tc.long {
+				t.Errorf("%q: names the long flow %v, want %v", line, got, tc.long)
+			}
+			if !strings.HasPrefix(line, "2/2 requests, RCT p50 ") || !strings.Contains(line, ", queue p99 ") {
+				t.Errorf("%q: lacks the requests or the queue", line)
+			}
+		})
 	}
 }

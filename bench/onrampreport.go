@@ -38,9 +38,9 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "onramp: %s bottleneck, %d KiB buffer, %s, base RTT %.0fus; fq and GSO %d KiB on all %d senders; kernel %s\n",
 		formatRate(float64(t.RateBps)), t.BufferBytes>>10, marking, t.BaseRTTMicros, t.GSOBytes>>10, t.Servers+t.BackgroundSenders, res.Machine.Kernel)
-	fmt.Fprintf(w, "  requests: %d x %d KiB responses, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; 1 long flow; %v per run, %s\n",
+	fmt.Fprintf(w, "  requests: %d x %d KiB responses, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; %s; %v per run, %s\n",
 		wl.Fanout, wl.ResponseBytes>>10, wl.RequestRate, wl.IncastLoad, wl.RequestsFromSeconds, wl.BackgroundLoad, bgCap,
-		t.BackgroundSenders, time.Duration(wl.DurationSeconds*float64(time.Second)), repeats)
+		t.BackgroundSenders, longFlowsText(wl.LongFlows), time.Duration(wl.DurationSeconds*float64(time.Second)), repeats)
 	holds := ""
 	if o.CCHolds {
 		holds = "; the CCs that can take its holds out of their RTT samples (onramp_holds=1)"
@@ -128,7 +128,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 			tail = fmt.Sprintf("p%g: %.2fx", c.RCTTailP, *c.RCTTailRatio)
 		}
 		row := []string{c.CC, ms(c.RCTP99WithoutUs), ms(c.RCTP99WithUs), ratioCell(c.RCTP99Ratio), ratioCell(c.RCTP50Ratio), tail, ratioCell(c.NetRCTP99Ratio),
-			fmt.Sprintf("%.1f", c.LongFlowWithoutBps/1e6), fmt.Sprintf("%.1f", c.LongFlowWithBps/1e6), lossCell(c.LongFlowLoss), pairedLossCell(c.LongFlowPairedLoss)}
+			mbits(c.LongFlowWithoutBps, wl.LongFlows), mbits(c.LongFlowWithBps, wl.LongFlows), lossCell(c.LongFlowLoss), pairedLossCell(c.LongFlowPairedLoss)}
 		for _, b := range buckets {
 			cell := "-"
 			for _, x := range c.FCT {
@@ -172,11 +172,15 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		rct += " - " + metText(*vd.RCTMet)
 	}
 	fmt.Fprintln(w, rct)
-	var losses []string
-	for _, c := range res.Comparisons {
-		losses = append(losses, c.CC+" "+lossCell(c.LongFlowLoss)+"%")
+	if res.Workload.LongFlows == 0 {
+		fmt.Fprintf(w, "target: long-flow throughput loss with On-Ramp <= %.0f%%: not measured (no long flow)\n", 100*tg.LongFlowLoss)
+	} else {
+		var losses []string
+		for _, c := range res.Comparisons {
+			losses = append(losses, c.CC+" "+lossCell(c.LongFlowLoss)+"%")
+		}
+		fmt.Fprintf(w, "target: long-flow throughput loss with On-Ramp <= %.0f%%: %s - %s\n", 100*tg.LongFlowLoss, strings.Join(losses, ", "), metText(vd.LongFlowMet))
 	}
-	fmt.Fprintf(w, "target: long-flow throughput loss with On-Ramp <= %.0f%%: %s - %s\n", 100*tg.LongFlowLoss, strings.Join(losses, ", "), metText(vd.LongFlowMet))
 	if len(vd.Worse) == 0 {
 		fmt.Fprintln(w, "worse with On-Ramp: none")
 	} else {
@@ -424,4 +428,20 @@ func (r OnRampResults) variant(cc string, on bool) (OnRampVariant, bool) {
 		}
 	}
 	return OnRampVariant{}, false
+}
+
+// mbits is a long-flow rate in Mbit/s, or "-" for a run without one.
+func mbits(bps float64, longFlows int) string {
+	if longFlows == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", bps/1e6)
+}
+
+// longFlowsText names the run's long flows for the table's header.
+func longFlowsText(n int) string {
+	if n == 0 {
+		return "no long flow"
+	}
+	return fmt.Sprintf("%d long flow", n)
 }

@@ -81,8 +81,8 @@ type OnRampWorkload struct {
 	// their size cap (0: the distribution's own, 30 MB).
 	BackgroundLoad     float64 `json:"background_load"`
 	BackgroundMaxBytes int64   `json:"background_max_bytes"`
-	// LongFlows is 1: one time-bounded flow from the first background
-	// sender for the whole run.
+	// LongFlows is 1, one time-bounded flow from the first background
+	// sender for the whole run, or 0 (--onramp-long-flow=false).
 	LongFlows    int     `json:"long_flows"`
 	SampleMicros float64 `json:"queue_sample_interval_us"`
 	Seed         uint64  `json:"seed"`
@@ -250,9 +250,14 @@ type OnRampRun struct {
 	// undos, reordering, DSACKs) grew over the run, summed over the
 	// servers' and background senders' namespaces; a counter the kernel
 	// lacks is absent.
-	TCPExt         map[string]uint64 `json:"tcp_ext,omitempty"`
-	CPUBusy        float64           `json:"cpu_busy"`
-	DurationMillis float64           `json:"duration_ms"`
+	TCPExt map[string]uint64 `json:"tcp_ext,omitempty"`
+	// Runtime is what the bench process's own Go runtime did over the
+	// run: how long runnable goroutines, the flows' starts among them,
+	// waited, and its garbage collections. Absent in runs from before it
+	// was recorded.
+	Runtime        *RuntimeFigures `json:"runtime,omitempty"`
+	CPUBusy        float64         `json:"cpu_busy"`
+	DurationMillis float64         `json:"duration_ms"`
 	// BPF is what ccload's kinds of BPF program (struct_ops CCs, sockops,
 	// tc) that ran during the run cost, from the kernel's BPF statistics,
 	// busiest first: the CC, the INT hop, and with On-Ramp its programs,
@@ -363,7 +368,8 @@ type OnRampTargets struct {
 }
 
 // OnRampVerdict is whether the run met the targets: RCTMet is absent when
-// RCTCC did not run; LongFlowMet is over the CCs that have a loss;
+// RCTCC did not run; LongFlowMet is over the CCs that have a loss (true
+// when none has, as in a run without a long flow);
 // Worse lists "CC: what" for every figure a CC made worse.
 type OnRampVerdict struct {
 	RCTMet      *bool    `json:"rct_met,omitempty"`

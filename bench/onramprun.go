@@ -328,7 +328,7 @@ func (r *onrampRunner) header() OnRampResults {
 		Workload: OnRampWorkload{DurationSeconds: c.Duration.Seconds(), Quick: c.Quick, Fanout: c.Fanout,
 			ResponseBytes: c.ResponseBytes, IncastLoad: c.IncastLoad, RequestRate: c.requestRate(),
 			RequestsFromSeconds: (c.Duration / 10).Seconds(), MaxRequests: c.maxRequests(),
-			BackgroundLoad: c.Load, BackgroundMaxBytes: bgMax, LongFlows: 1,
+			BackgroundLoad: c.Load, BackgroundMaxBytes: bgMax, LongFlows: c.longFlows(),
 			SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed},
 		OnRamp: OnRampSettings{ThresholdNs: uint64(c.Threshold), MaxPauseNs: uint64(c.MaxPause), Gain: c.Gain,
 			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts,
@@ -644,8 +644,10 @@ func (r *onrampRunner) plan(ctx context.Context, cc string, runSeed uint64, t0 t
 	dst := r.sink.Addr
 	n := 0
 	seed := func() uint64 { n++; return runSeed*1_000_003 + uint64(n) }
-	set.start(ctx, t0, 0, r.bg[0], dst, orFlow{kind: orLong}, testbed.FlowConfig{
-		CC: cc, For: c.Duration, Seed: seed(), Timeout: timeout, SampleEvery: onrampLongFlowSampleEvery})
+	if !c.NoLongFlow {
+		set.start(ctx, t0, 0, r.bg[0], dst, orFlow{kind: orLong}, testbed.FlowConfig{
+			CC: cc, For: c.Duration, Seed: seed(), Timeout: timeout, SampleEvery: onrampLongFlowSampleEvery})
+	}
 	sizes := workload.WebSearch()
 	if c.Quick {
 		sizes = sizes.Truncated(quickMaxFlowBytes)
@@ -683,6 +685,7 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 	}
 	defer closeSink()
 	cpuBefore, cpuErr := readCPUTimes()
+	runtimeBefore := readRuntime()
 	backlogBefore, backlogErr := readBacklogDrops()
 	senders := append(slices.Clone(r.servers), r.bg...)
 	tcpExtBefore, err := sumTCPExt(senders)
@@ -859,6 +862,8 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			res.CPUBusy = after.busySince(cpuBefore)
 		}
 	}
+	rt := readRuntime().since(runtimeBefore)
+	res.Runtime = &rt
 	if backlogErr == nil {
 		if after, err := readBacklogDrops(); err == nil && after >= backlogBefore {
 			res.BacklogDrops = after - backlogBefore
@@ -942,14 +947,22 @@ func firstOnRampErr(flows []orFlow) error {
 
 // onrampSummaryLine is a run's progress line.
 func onrampSummaryLine(x OnRampRun) string {
-	s := fmt.Sprintf("%d/%d requests, RCT p50 %.1f ms p99 %.1f ms, long flow %.1f Mbit/s, queue p99 %.0f KB, %d drops (%d more at CPU backlogs), %d retransmits, %d RTOs",
-		x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3, x.LongFlowBps/1e6, x.QueueP99Bytes/1e3, x.Drops, x.BacklogDrops, x.Retransmits, x.RTOs)
+	s := fmt.Sprintf("%d/%d requests, RCT p50 %.1f ms p99 %.1f ms", x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3)
+	if x.LongFlow != nil || x.LongFlowBps > 0 {
+		s += fmt.Sprintf(", long flow %.1f Mbit/s", x.LongFlowBps/1e6)
+	}
+	s += fmt.Sprintf(", queue p99 %.0f KB, %d drops (%d more at CPU backlogs), %d retransmits, %d RTOs",
+		x.QueueP99Bytes/1e3, x.Drops, x.BacklogDrops, x.Retransmits, x.RTOs)
 	if e := x.TCPExt; e != nil {
 		s += fmt.Sprintf(", %d loss probes, %d recoveries (%d undone)", e["TCPLossProbes"],
 			sumOf(e, tcpExtRecoveries()...), sumOf(e, tcpExtUndos()...))
 	}
 	if o := x.OnRamp; o != nil {
 		s += fmt.Sprintf(", %d pauses (%.2f s)", o.Pauses, o.PauseSeconds)
+	}
+	if rt := x.Runtime; rt != nil {
+		s += fmt.Sprintf(", bench process: goroutines waited p99 %.1f ms max %.1f ms, %d GCs (longest pause %.1f ms), %.0f MB allocated",
+			rt.SchedLatencyP99Us/1e3, rt.SchedLatencyMaxUs/1e3, rt.GCCycles, rt.GCPauseMaxUs/1e3, rt.AllocatedMB)
 	}
 	if failed := x.ResponsesFailed + x.BackgroundFailed + x.SinkBad; failed > 0 || x.LongFlowFailed {
 		s += fmt.Sprintf(", %d FAILED", failed)

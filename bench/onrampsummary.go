@@ -37,6 +37,14 @@ func onrampFigures() []onrampFigure {
 			return float64(sumOf(r.TCPExt, names...)), true
 		}
 	}
+	withRuntime := func(f func(*RuntimeFigures) float64) func(OnRampRun) (float64, bool) {
+		return func(r OnRampRun) (float64, bool) {
+			if r.Runtime == nil {
+				return 0, false
+			}
+			return f(r.Runtime), true
+		}
+	}
 	longFlow := func(f func(*LongFlowState) float64) func(OnRampRun) (float64, bool) {
 		return func(r OnRampRun) (float64, bool) {
 			if r.LongFlow == nil {
@@ -51,7 +59,10 @@ func onrampFigures() []onrampFigure {
 		{"net_rct_p50_us", func(r OnRampRun) (float64, bool) { return r.NetRCTP50Us, r.RequestsCompleted > 0 }},
 		{"net_rct_p99_us", func(r OnRampRun) (float64, bool) { return r.NetRCTP99Us, r.RequestsCompleted > 0 }},
 		{"requests_completed", always(func(r OnRampRun) float64 { return float64(r.RequestsCompleted) })},
-		{"long_flow_bps", func(r OnRampRun) (float64, bool) { return r.LongFlowBps, !r.LongFlowFailed }},
+		{"long_flow_bps", func(r OnRampRun) (float64, bool) {
+			// A run without a long flow has neither samples nor a rate.
+			return r.LongFlowBps, !r.LongFlowFailed && (r.LongFlow != nil || r.LongFlowBps > 0)
+		}},
 		{"throughput_bps", always(func(r OnRampRun) float64 { return r.ThroughputBps })},
 		{"utilization", always(func(r OnRampRun) float64 { return r.Utilization })},
 		{"queue_p50_bytes", always(func(r OnRampRun) float64 { return r.QueueP50Bytes })},
@@ -85,6 +96,9 @@ func onrampFigures() []onrampFigure {
 		{"rtx_in_host_queue", tcpExt("TCPSpuriousRtxHostQueues")},
 		{"start_lag_p99_us", always(func(r OnRampRun) float64 { return r.StartLagP99Us })},
 		{"cpu_busy", always(func(r OnRampRun) float64 { return r.CPUBusy })},
+		{"sched_latency_p99_us", withRuntime(func(rt *RuntimeFigures) float64 { return rt.SchedLatencyP99Us })},
+		{"gc_cycles", withRuntime(func(rt *RuntimeFigures) float64 { return float64(rt.GCCycles) })},
+		{"allocated_mb", withRuntime(func(rt *RuntimeFigures) float64 { return rt.AllocatedMB })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
 		{"pause_seconds", withOnRamp(func(o *OnRampCounters) float64 { return o.PauseSeconds })},
 		// The share of the CC's RTT samples it took without On-Ramp's hold

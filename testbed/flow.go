@@ -374,7 +374,7 @@ func setCCFd(fd int, cc string) error {
 // cfg.Bytes. lastByte, when not nil, sends the flow's last byte in place
 // of w.
 func writeFlow(w io.Writer, cfg FlowConfig, lastByte func(b byte) error) error {
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, bufferFor(headerLen+cfg.Bytes))
 	putHeader(buf, cfg.Seed, cfg.Bytes)
 	used := headerLen
 

@@ -181,6 +181,10 @@ func TestVerifyStream(t *testing.T) {
 		{"short", stream(1, 1000, 999, -1), "short stream", 999, false},
 		{"long", stream(1, 10, 11, -1), "more than the declared", 11, false},
 		{"corrupt", stream(1, 100, 100, 5), "differs from pattern at offset 5", 100, false},
+		{"bounded, below the smallest buffer, long", stream(1, 100, 9000, -1), "more than the declared", 4096, false},
+		{"bounded, a buffer of its own size, corrupt at the end", stream(1, 5000, 5000, 4999), "offset 4999", 5000, false},
+		{"bounded, beyond one chunk, corrupt at the end", stream(4, 300_000, 300_000, 299_999), "offset 299999", 300_000, false},
+		{"bounded, beyond one chunk, short", stream(4, 300_000, 299_999, -1), "short stream", 299_999, false},
 		{"unbounded", stream(2, unknownLength, 300_000, -1), "", 300_000, true},
 		{"unbounded empty", stream(2, unknownLength, 0, -1), "", 0, true},
 		{"unbounded corrupt", stream(2, unknownLength, 300_000, 299_999), "offset 299999", 300_000, true},
@@ -301,6 +305,25 @@ func TestAckedInConcurrentFlows(t *testing.T) {
 		}
 		if r.res.AckStampErr != nil || r.res.AckedIn <= 0 || r.res.AckedIn > r.res.Duration {
 			t.Errorf("acked in %v (error %v), done in %v", r.res.AckedIn, r.res.AckStampErr, r.res.Duration)
+		}
+	}
+}
+
+func TestBufferFor(t *testing.T) {
+	for _, tt := range []struct {
+		n    int64
+		want int
+	}{
+		{unknownLength, chunkSize},
+		{0, minChunkSize},
+		{headerLen + 2048, minChunkSize},
+		{headerLen + 16<<10, headerLen + 16<<10},
+		{chunkSize - 1, chunkSize - 1},
+		{chunkSize, chunkSize},
+		{30 << 20, chunkSize},
+	} {
+		if got := bufferFor(tt.n); got != tt.want {
+			t.Errorf("bufferFor(%d) = %d, want %d", tt.n, got, tt.want)
 		}
 	}
 }

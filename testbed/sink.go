@@ -191,8 +191,9 @@ func verifyStream(c net.Conn, res *SinkResult) error {
 	}
 	res.Seed, res.Declared, res.Unbounded = seed, length, !bounded
 
-	buf := make([]byte, chunkSize)
-	want := make([]byte, chunkSize)
+	size := bufferFor(length) // chunkSize for an unbounded stream
+	buf := make([]byte, size)
+	want := make([]byte, size)
 	var mismatch error
 	// Every successful Read returns at least one byte and, for a declared
 	// length, more than length bytes is an error, so the loop ends after at

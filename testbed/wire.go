@@ -15,8 +15,25 @@ const headerLen = 16
 // up front.
 const unknownLength int64 = -1
 
-// chunkSize is the buffer size used to write and verify payload.
-const chunkSize = 256 << 10
+// chunkSize is the largest buffer used to write and verify payload, and
+// minChunkSize the smallest the sink reads into.
+const (
+	chunkSize    = 256 << 10
+	minChunkSize = 4 << 10
+)
+
+// bufferFor is the size of the buffer that writes or verifies a stream of
+// n bytes: n itself up to chunkSize, at least minChunkSize, and chunkSize
+// when n is unknown (negative). A short flow gets a buffer of its own
+// size, so that a run of thousands of them does not allocate and zero a
+// quarter MiB for each (a load on the bench process that delays the
+// start of every other flow).
+func bufferFor(n int64) int {
+	if n < 0 || n >= chunkSize {
+		return chunkSize
+	}
+	return max(int(n), minChunkSize)
+}
 
 func putHeader(b []byte, seed uint64, length int64) {
 	binary.BigEndian.PutUint64(b[0:8], seed)

@@ -30,6 +30,7 @@ func newBenchCmd(a *app) *cobra.Command {
 		clockCfg      bench.ClockConfig
 		orCfg         bench.OnRampConfig
 		gso           string
+		longFlow      bool
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
@@ -81,10 +82,10 @@ Scenarios:
   onramp     On-Ramp (ccload onramp) under each CC: Poisson requests, each
              asking --fanout servers (default 16) for --incast-size at once,
              at --incast-load, over web-search flows at --load (default 0.4)
-             from --senders background senders and one long flow; each CC
-             once without and once with On-Ramp (--onramp-threshold,
-             --onramp-max-pause) per repeat, fq and GSO --gso on every
-             sender in both. Reports request completion times, background
+             from --senders background senders and one long flow (none
+             with --onramp-long-flow=false); each CC once without and
+             once with On-Ramp (--onramp-threshold, --onramp-max-pause)
+             per repeat, fq and GSO --gso on every sender in both. Reports request completion times, background
              FCTs, the long flow's throughput, window and RTT, the queue,
              retransmission timeouts (and how many of the slowest requests
              took one), how the senders' TCP found and repaired losses
@@ -139,6 +140,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				return a.runClockBench(c, clockCfg, sizes, out, asJSON)
 			}
 			if scenario == bench.ScenarioOnRamp {
+				orCfg.NoLongFlow = !longFlow
 				return a.runOnRampBench(c, orCfg, cfg, ccs, sizes, gso, out, asJSON)
 			}
 			scenarios, err := bench.ScenariosFor(scenario)
@@ -225,6 +227,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
+	f.BoolVar(&longFlow, "onramp-long-flow", true, "onramp: one sender also runs a long flow for the whole run, whose throughput with and without On-Ramp is the long-flow target; --onramp-long-flow=false leaves it out, as in the On-Ramp paper's basic scenario")
 	f.BoolVar(&orCfg.Strawman, "onramp-strawman", false, "onramp: run On-Ramp's strawman (pause O - T, without the lag compensation of its final algorithm), to compare the two")
 	f.BoolVar(&orCfg.CCHolds, "onramp-cc-holds", false, "onramp: attach the CCs that can (theta_powertcp, powertcp) with onramp_holds=1, so that they take On-Ramp's pauses out of their RTT samples (docs/onramp.md)")
 	f.BoolVar(&orCfg.BPFCosts, "onramp-bpf-costs", false, "onramp: time every BPF program with the kernel's BPF statistics and report On-Ramp's share of the CPUs (the On-Ramp BPF % column) and each program's cost (results.json); off by default, as the statistics' clock reads slow every program and so change what the run measures")
