@@ -36,32 +36,28 @@ type runtimeSnapshot struct {
 	gcCycles, heapAllocs uint64
 }
 
-// readRuntime reads the runtime's cumulative metrics.
+// readRuntime reads the runtime's cumulative metrics. One this Go lacks
+// reads as zero, or as no histogram.
 func readRuntime() runtimeSnapshot {
 	s := []metrics.Sample{{Name: metricSchedLatency}, {Name: metricGCPauses}, {Name: metricGCCycles}, {Name: metricHeapAllocs}}
 	metrics.Read(s)
-	var out runtimeSnapshot
-	for _, x := range s {
-		switch x.Name {
-		case metricSchedLatency:
-			if x.Value.Kind() == metrics.KindFloat64Histogram {
-				out.sched = x.Value.Float64Histogram()
-			}
-		case metricGCPauses:
-			if x.Value.Kind() == metrics.KindFloat64Histogram {
-				out.gcPauses = x.Value.Float64Histogram()
-			}
-		case metricGCCycles:
-			if x.Value.Kind() == metrics.KindUint64 {
-				out.gcCycles = x.Value.Uint64()
-			}
-		case metricHeapAllocs:
-			if x.Value.Kind() == metrics.KindUint64 {
-				out.heapAllocs = x.Value.Uint64()
-			}
-		}
+	return runtimeSnapshot{sched: histOf(s[0].Value), gcPauses: histOf(s[1].Value), gcCycles: uint64Of(s[2].Value), heapAllocs: uint64Of(s[3].Value)}
+}
+
+// histOf is v's histogram, or nil when v is not one.
+func histOf(v metrics.Value) *metrics.Float64Histogram {
+	if v.Kind() != metrics.KindFloat64Histogram {
+		return nil
 	}
-	return out
+	return v.Float64Histogram()
+}
+
+// uint64Of is v's count, or 0 when v is not one.
+func uint64Of(v metrics.Value) uint64 {
+	if v.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return v.Uint64()
 }
 
 // since is what the runtime did between before and s.
