@@ -47,7 +47,7 @@ func TestHistDelta(t *testing.T) {
 }
 
 // TestReadRuntime checks that this Go has the metrics the figures come
-// from, and that they only grow.
+// from, and that an allocation between two reads shows in them.
 func TestReadRuntime(t *testing.T) {
 	before := readRuntime()
 	if before.sched == nil || before.gcPauses == nil {

@@ -375,13 +375,14 @@ func setCCFd(fd int, cc string) error {
 // of w.
 func writeFlow(w io.Writer, cfg FlowConfig, lastByte func(b byte) error) error {
 	buf := make([]byte, bufferFor(headerLen+cfg.Bytes))
+	pattern := newStream(cfg.Seed)
 	putHeader(buf, cfg.Seed, cfg.Bytes)
 	used := headerLen
 
 	// One iteration per chunk: at most cfg.Bytes/(chunkSize-headerLen)+1.
 	for sent := int64(0); ; {
 		n := int(min(int64(len(buf)-used), cfg.Bytes-sent))
-		Pattern(cfg.Seed, sent, buf[used:used+n])
+		pattern.fill(sent, buf[used:used+n])
 		if sent+int64(n) == cfg.Bytes && lastByte != nil {
 			end := used + n - 1
 			if end > 0 {
@@ -424,11 +425,12 @@ func startTimedFlow(conn *net.TCPConn, seed uint64, end time.Time) error {
 // which the count includes, so the stream stays a prefix of the pattern.
 func writeTimedFlow(ctx context.Context, conn *net.TCPConn, seed uint64, end time.Time) (int64, error) {
 	buf := make([]byte, chunkSize)
+	pattern := newStream(seed)
 	// Every Write checks the deadline before it starts and while it
 	// blocks, so the loop ends once end has passed: it is bounded in time
 	// by For.
 	for sent := int64(0); ; {
-		Pattern(seed, sent, buf)
+		pattern.fill(sent, buf)
 		n, err := conn.Write(buf)
 		sent += int64(n)
 		if err == nil {

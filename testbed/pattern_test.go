@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"encoding/hex"
 	"testing"
 )
 
@@ -46,7 +47,7 @@ func TestPatternOffsetConsistency(t *testing.T) {
 	Pattern(seed, 0, whole)
 
 	// Any split of the stream into two calls reproduces it.
-	for _, split := range []int{0, 1, 7, 8, 9, 63, 64, 65, 1000, total - 1, total} {
+	for _, split := range []int{0, 1, 7, 8, 9, 63, 64, 65, 1000, 4095, 4096, 4097, 4100, total - 1, total} {
 		got := make([]byte, total)
 		Pattern(seed, 0, got[:split])
 		Pattern(seed, int64(split), got[split:])
@@ -69,13 +70,81 @@ func TestPatternSeedsDiffer(t *testing.T) {
 	}
 }
 
+// TestPatternKnownValue pins the stream's format: for seed 0, the word
+// that numbers block 0, the block's word 1 (splitmix64's second output
+// from state 0), and the word that numbers block 1. The values were
+// computed apart from this package's code.
 func TestPatternKnownValue(t *testing.T) {
-	// First splitmix64 output for state 0 is 0xe220a8397b1dcdaf.
-	var b [8]byte
-	Pattern(0, 0, b[:])
-	want := []byte{0xaf, 0xcd, 0x1d, 0x7b, 0x39, 0xa8, 0x20, 0xe2}
-	if !bytes.Equal(b[:], want) {
-		t.Errorf("Pattern(0, 0) = %x, want %x", b, want)
+	b := make([]byte, 2*patternBlock)
+	Pattern(0, 0, b)
+	for _, tc := range []struct {
+		off  int
+		want string
+	}{
+		{0, "32bbd3e353a6fb76"},
+		{8, "f465b9a16a9e786e"},
+		{patternBlock, "31c97bbe63079315"},
+		{patternBlock + 8, "f465b9a16a9e786e"},
+	} {
+		if got := hex.EncodeToString(b[tc.off : tc.off+8]); got != tc.want {
+			t.Errorf("Pattern(0) at %d = %s, want %s", tc.off, got, tc.want)
+		}
+	}
+}
+
+// TestStreamBlocks checks that consecutive blocks differ only in the word
+// that numbers them, so that a block delivered in another's place is
+// caught.
+func TestStreamBlocks(t *testing.T) {
+	b := make([]byte, 3*patternBlock)
+	newStream(7).fill(0, b)
+	for r := 1; r < 3; r++ {
+		prev, cur := b[(r-1)*patternBlock:r*patternBlock], b[r*patternBlock:(r+1)*patternBlock]
+		if bytes.Equal(prev[:8], cur[:8]) || !bytes.Equal(prev[8:], cur[8:]) {
+			t.Errorf("blocks %d and %d: want the first word to differ and the rest equal", r-1, r)
+		}
+	}
+}
+
+// TestStreamMismatch flips one byte of a window of the stream at a time,
+// in a block's numbering word, inside a block and across a block's end,
+// and checks that mismatch finds exactly it, and nothing in the intact
+// window.
+func TestStreamMismatch(t *testing.T) {
+	s := newStream(11)
+	for _, tc := range []struct {
+		name string
+		off  int64
+		n    int
+	}{
+		{"aligned", 0, 3 * patternBlock},
+		{"unaligned across a block's end", patternBlock - 5, 20},
+		{"inside a numbering word", 2*patternBlock + 3, 3},
+		{"far into the stream", 1<<40 + 13, 2*patternBlock + 9},
+		{"empty", 99, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := make([]byte, tc.n)
+			s.fill(tc.off, b)
+			if i := s.mismatch(tc.off, b); i != -1 {
+				t.Fatalf("intact window: mismatch at %d", i)
+			}
+			for _, at := range []int{0, 1, 7, 8, tc.n / 2, tc.n - 1} {
+				if at < 0 || at >= tc.n {
+					continue
+				}
+				b[at] ^= 0x40
+				if i := s.mismatch(tc.off, b); i != at {
+					t.Errorf("byte %d flipped: mismatch at %d", at, i)
+				}
+				b[at] ^= 0x40
+			}
+			if tc.n > 0 {
+				if i := newStream(12).mismatch(tc.off, b); i < 0 {
+					t.Error("another seed's stream matches this one")
+				}
+			}
+		})
 	}
 }
 

@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -191,9 +190,8 @@ func verifyStream(c net.Conn, res *SinkResult) error {
 	}
 	res.Seed, res.Declared, res.Unbounded = seed, length, !bounded
 
-	size := bufferFor(length) // chunkSize for an unbounded stream
-	buf := make([]byte, size)
-	want := make([]byte, size)
+	buf := make([]byte, bufferFor(length)) // chunkSize for an unbounded stream
+	pattern := newStream(seed)
 	var mismatch error
 	// Every successful Read returns at least one byte and, for a declared
 	// length, more than length bytes is an error, so the loop ends after at
@@ -208,8 +206,7 @@ func verifyStream(c net.Conn, res *SinkResult) error {
 				return fmt.Errorf("received more than the declared %d bytes", length)
 			}
 			if mismatch == nil {
-				Pattern(seed, res.Bytes, want[:n])
-				if i := firstDiff(buf[:n], want[:n]); i >= 0 {
+				if i := pattern.mismatch(res.Bytes, buf[:n]); i >= 0 {
 					mismatch = fmt.Errorf("payload differs from pattern at offset %d", res.Bytes+int64(i))
 				}
 			}
@@ -236,19 +233,6 @@ func verifyStream(c net.Conn, res *SinkResult) error {
 		return fmt.Errorf("short stream: got %d of %d bytes", res.Bytes, length)
 	}
 	return nil
-}
-
-// firstDiff returns the index of the first differing byte, or -1.
-func firstDiff(a, b []byte) int {
-	if bytes.Equal(a, b) {
-		return -1
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return -1
 }
 
 // Results returns one SinkResult per finished connection, in order of
