@@ -85,13 +85,15 @@ Scenarios:
              from --senders background senders and one long flow (none
              with --onramp-long-flow=false); each CC once without and
              once with On-Ramp (--onramp-threshold, --onramp-max-pause)
-             per repeat, fq and GSO --gso on every sender in both. Reports request completion times, background
-             FCTs, the long flow's throughput, window and RTT, the queue,
-             retransmission timeouts (and how many of the slowest requests
-             took one), how the senders' TCP found and repaired losses
-             (loss probes, recoveries, undos: their TcpExt counters),
-             On-Ramp's pauses, the CPUs busy (and with --onramp-bpf-costs
-             the share On-Ramp's programs took), and the ratios
+             per repeat, fq and GSO --gso on every sender in both.
+             Reports request completion times, background FCTs, the long
+             flow's throughput, window and RTT, the queue, retransmission
+             timeouts (and how many of the slowest requests took one), how
+             the senders' TCP found and repaired losses (loss probes,
+             recoveries, undos: their TcpExt counters), On-Ramp's pauses,
+             the CPUs busy (and with --onramp-bpf-costs the share
+             On-Ramp's programs took), how long the bench's own goroutines
+             waited to run (they start the flows), and the ratios
              without/with. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
              1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
