@@ -76,8 +76,10 @@ func TestClockCLI(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := &results[i]
+			// 20 windows: one run of the full suite saw neither agent
+			// publish a peer in 10 (their output is printed then).
 			r.code, r.stdout, r.stderr = e.cliIn(t, pair[0], "clock", "run", "--peers", pair[1].Addr.String(),
-				"--window", "300ms", "--duration", "3s")
+				"--window", "300ms", "--duration", "6s")
 		}()
 	}
 	// While they run: a second agent in a's namespace is refused.
@@ -121,7 +123,7 @@ func TestClockCLI(t *testing.T) {
 		}
 		if !strings.HasPrefix(st.Map, e.bpffs) || len(st.Peers) != 1 || st.Peers[0].Peer != pair[1].Addr.String() ||
 			!st.Peers[0].Probed || st.Peers[0].PureShare <= 0 || st.Peers[0].ErrorNs == 0 {
-			t.Errorf("status in %s: %s", pair[0].Name, out)
+			t.Errorf("status in %s: %s\nagents' output:\n%s\n%s", pair[0].Name, out, results[0].stdout, results[1].stdout)
 			continue
 		}
 		// Both hosts share one clock: the offset is an error. Bound it
