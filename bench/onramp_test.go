@@ -603,6 +603,7 @@ func TestOnRampSummaryLine(t *testing.T) {
 	}{
 		{name: "long flow", run: OnRampRun{Requests: 2, RequestsCompleted: 2, LongFlowBps: 38.2e6, LongFlow: &LongFlowState{CwndP50: 4}}, long: true},
 		{name: "long flow starved", run: OnRampRun{Requests: 2, RequestsCompleted: 2, LongFlow: &LongFlowState{}}, long: true},
+		{name: "long flow failed", run: OnRampRun{Requests: 2, RequestsCompleted: 2, LongFlowFailed: true}, long: true},
 		{name: "no long flow", run: OnRampRun{Requests: 2, RequestsCompleted: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -172,7 +172,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		rct += " - " + metText(*vd.RCTMet)
 	}
 	fmt.Fprintln(w, rct)
-	if res.Workload.LongFlows == 0 {
+	if wl.LongFlows == 0 {
 		fmt.Fprintf(w, "target: long-flow throughput loss with On-Ramp <= %.0f%%: not measured (no long flow)\n", 100*tg.LongFlowLoss)
 	} else {
 		var losses []string

@@ -376,3 +376,10 @@ type OnRampVerdict struct {
 	LongFlowMet bool     `json:"long_flow_met"`
 	Worse       []string `json:"worse"`
 }
+
+// ranLongFlow reports whether the run had a long flow: one that failed,
+// or one with samples or a rate. A run without (--onramp-long-flow=false)
+// has none of these.
+func (r OnRampRun) ranLongFlow() bool {
+	return r.LongFlowFailed || r.LongFlow != nil || r.LongFlowBps > 0
+}

@@ -948,7 +948,7 @@ func firstOnRampErr(flows []orFlow) error {
 // onrampSummaryLine is a run's progress line.
 func onrampSummaryLine(x OnRampRun) string {
 	s := fmt.Sprintf("%d/%d requests, RCT p50 %.1f ms p99 %.1f ms", x.RequestsCompleted, x.Requests, x.RCTP50Us/1e3, x.RCTP99Us/1e3)
-	if x.LongFlow != nil || x.LongFlowBps > 0 {
+	if x.ranLongFlow() {
 		s += fmt.Sprintf(", long flow %.1f Mbit/s", x.LongFlowBps/1e6)
 	}
 	s += fmt.Sprintf(", queue p99 %.0f KB, %d drops (%d more at CPU backlogs), %d retransmits, %d RTOs",

@@ -60,8 +60,7 @@ func onrampFigures() []onrampFigure {
 		{"net_rct_p99_us", func(r OnRampRun) (float64, bool) { return r.NetRCTP99Us, r.RequestsCompleted > 0 }},
 		{"requests_completed", always(func(r OnRampRun) float64 { return float64(r.RequestsCompleted) })},
 		{"long_flow_bps", func(r OnRampRun) (float64, bool) {
-			// A run without a long flow has neither samples nor a rate.
-			return r.LongFlowBps, !r.LongFlowFailed && (r.LongFlow != nil || r.LongFlowBps > 0)
+			return r.LongFlowBps, !r.LongFlowFailed && r.ranLongFlow()
 		}},
 		{"throughput_bps", always(func(r OnRampRun) float64 { return r.ThroughputBps })},
 		{"utilization", always(func(r OnRampRun) float64 { return r.Utilization })},
