@@ -3,6 +3,7 @@ package clocksync
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/ccload/ccload/internal/testutil"
 )
@@ -12,13 +13,7 @@ import (
 // offset extrapolated along the drift (also past the 60 s clamp), the
 // error, expiry, IPv4 (v4-mapped) and IPv6 keys, and a deleted peer.
 func TestClockMapReadByBPF(t *testing.T) {
-	testutil.RequireRoot(t)
-	pins := testutil.Host(t)
-	o, err := OpenForAgent(pins)
-	if err != nil {
-		t.Fatalf("open the clock map: %v", err)
-	}
-	defer o.Close()
+	o := openTestMap(t)
 	const ref = 1_800_000_000_000_000_000 // ns, CLOCK_TAI in 2027
 	entries := []Entry{
 		{Peer: netip.MustParseAddr("198.18.1.2"), OffsetNs: 5_000_123, Drift: 20e-6, ErrorNs: 150},
@@ -55,5 +50,61 @@ func TestClockMapReadByBPF(t *testing.T) {
 	}
 	if err := checkReader(t, o); err != nil {
 		t.Fatalf("read the map from BPF after a delete: %v", err)
+	}
+}
+
+// openTestMap opens a clock map for an agent under a test's own pin root,
+// closed at the end of the test.
+func openTestMap(t *testing.T) *Offsets {
+	t.Helper()
+	testutil.RequireRoot(t)
+	o, err := OpenForAgent(testutil.Host(t))
+	if err != nil {
+		t.Fatalf("open the clock map: %v", err)
+	}
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
+// manualClock is a Clock that reads what the test sets.
+type manualClock struct{ now int64 }
+
+func (c *manualClock) Now() int64                   { return c.now }
+func (c *manualClock) FromKernel(t time.Time) int64 { return t.UnixNano() }
+
+// TestPublishKeepsEntryUntilItExpires has an agent publish a peer's offset,
+// then windows that estimate nothing for it: the entry stays, unchanged,
+// until its ValidUntilNs has passed, and is deleted by the first window
+// after that. (An entry deleted at the first empty window took a peer's
+// offset from the data path whenever its agent stopped one window before
+// this one: TestClockCLI saw it.)
+func TestPublishKeepsEntryUntilItExpires(t *testing.T) {
+	o := openTestMap(t)
+	const (
+		start  = 1_800_000_000_000_000_000 // ns, CLOCK_TAI in 2027
+		window = int64(300 * time.Millisecond)
+	)
+	clock := &manualClock{now: start}
+	a := &Agent{cfg: Config{Offsets: o, Clock: clock, Logf: t.Logf}, published: map[netip.Addr]bool{}}
+	peer := netip.MustParseAddr("198.18.7.2")
+	e := Entry{Peer: peer, OffsetNs: 1234, RefNs: start, ErrorNs: 50, UpdatedNs: start, ValidUntilNs: start + uint64(validWindows*window)}
+	a.publish([]Entry{e})
+
+	for w := int64(1); w <= validWindows+1; w++ {
+		clock.now = start + w*window
+		a.publish(nil)
+		got, ok, err := o.Get(peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expired := uint64(clock.now) >= e.ValidUntilNs
+		switch {
+		case expired && ok:
+			t.Errorf("window %d, past the entry's expiry: still published: %+v", w, got)
+		case !expired && !ok:
+			t.Errorf("window %d, before the entry's expiry: deleted", w)
+		case !expired && got.OffsetNs != e.OffsetNs:
+			t.Errorf("window %d: entry changed to %+v", w, got)
+		}
 	}
 }

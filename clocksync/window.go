@@ -336,12 +336,17 @@ func clampU32(v float64) uint32 {
 	return uint32(math.Round(v))
 }
 
-// publish writes the entries and deletes those of peers no longer known.
+// publish writes the entries. The entry of a peer this window did not
+// estimate stays until it expires (ValidUntilNs, validWindows windows
+// after it was written), as readers were told it would: one window
+// without an exchange (a lost probe, the peer's agent restarting or
+// stopping first) does not take a peer's offset from the data path. An
+// expired one is deleted.
 func (a *Agent) publish(entries []Entry) {
 	if a.cfg.Offsets == nil {
 		return
 	}
-	now := map[netip.Addr]bool{}
+	fresh := map[netip.Addr]bool{}
 	for _, e := range entries {
 		old, ok, err := a.cfg.Offsets.Get(e.Peer)
 		if err == nil && ok {
@@ -351,22 +356,31 @@ func (a *Agent) publish(entries []Entry) {
 			a.cfg.Logf("%v", err)
 			continue
 		}
-		now[e.Peer] = true
+		fresh[e.Peer] = true
 	}
 	a.mu.Lock()
-	gone := []netip.Addr{}
+	var stale []netip.Addr
 	for p := range a.published {
-		if !now[p] {
-			gone = append(gone, p)
+		if !fresh[p] {
+			stale = append(stale, p)
 		}
 	}
-	a.published = now
 	a.mu.Unlock()
-	for _, p := range gone {
+	now := uint64(a.cfg.Clock.Now())
+	kept := fresh
+	for _, p := range stale {
+		old, ok, err := a.cfg.Offsets.Get(p)
+		if err == nil && ok && old.ValidUntilNs > now {
+			kept[p] = true
+			continue
+		}
 		if err := a.cfg.Offsets.Delete(p); err != nil {
 			a.cfg.Logf("%v", err)
 		}
 	}
+	a.mu.Lock()
+	a.published = kept
+	a.mu.Unlock()
 }
 
 // gossipTargets are the agents this one exchanges probes with. Call with

@@ -76,8 +76,9 @@ func TestClockCLI(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := &results[i]
-			// 20 windows: one run of the full suite saw neither agent
-			// publish a peer in 10 (their output is printed then).
+			// 20 windows of 300 ms. The agent that stops last has a
+			// window without its peer; its entry must outlive that
+			// window (clocksync's TestPublishKeepsEntryUntilItExpires).
 			r.code, r.stdout, r.stderr = e.cliIn(t, pair[0], "clock", "run", "--peers", pair[1].Addr.String(),
 				"--window", "300ms", "--duration", "6s")
 		}()
