@@ -108,11 +108,14 @@ func RunAll(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, s
 				dir = filepath.Join(out, sc)
 			}
 			files, err := rep.Write(dir)
-			if err != nil {
+			if err != nil && !NothingToPlot(err) {
 				return reps, fmt.Errorf("bench %s: %w", sc, err)
 			}
 			if progress != nil {
 				fmt.Fprintf(progress, "wrote %s\n", strings.Join(files, " "))
+				if err != nil {
+					fmt.Fprintf(progress, "not plotted, nothing to draw: %v\n", err)
+				}
 			}
 		}
 		reps = append(reps, rep)

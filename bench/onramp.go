@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ccload/ccload/onramp"
+	"github.com/ccload/ccload/qdisc"
 )
 
 // The onramp scenario: On-Ramp (package onramp) under each CC, measured
@@ -23,7 +24,13 @@ import (
 // has an fq root qdisc and a GSO size of GSOBytes: with earliest
 // departure times a pause holds only what reaches fq after it, and TCP
 // small queues lets a flow keep about two GSO packets in fq, so the GSO
-// size bounds how tight a pause is (docs/onramp.md).
+// size bounds how tight a pause is (docs/onramp.md). fq also caps each
+// flow at SenderRateBps (its maxrate), the bottleneck's rate by default:
+// a host's NIC in a fabric of equal links. Without it a sender's veth
+// sends as fast as the CPU goes, and one cubic flow alone, paced at
+// about twice its delivery rate, builds a queue at the bottleneck that
+// no datacenter host could build on its own (docs/benchmarks.md). The cap
+// is per flow, not per host: a sender with several flows may exceed it.
 //
 // Traffic, per run:
 //   - requests arrive as a Poisson process at IncastLoad of the
@@ -150,6 +157,12 @@ type OnRampConfig struct {
 	NoLongFlow bool
 	// GSOBytes is the GSO size of every sender's uplink.
 	GSOBytes uint32
+	// SenderRateBps is the most each flow may send, in bits/s: fq's
+	// maxrate on every sender's uplink, standing in for the sender's NIC
+	// (0: RateBps). UnlimitedSenders leaves it out, so that a flow may
+	// send as fast as its veth goes, as the bench did before the cap.
+	SenderRateBps    uint64
+	UnlimitedSenders bool
 	// Threshold (T), MaxPause and Gain are On-Ramp's parameters (0 means
 	// onramp.DefaultGain for Gain).
 	Threshold time.Duration
@@ -232,6 +245,12 @@ func (c OnRampConfig) withDefaults() OnRampConfig {
 	if c.GSOBytes == 0 {
 		c.GSOBytes = DefaultOnRampGSOBytes
 	}
+	if c.SenderRateBps == 0 && !c.UnlimitedSenders {
+		c.SenderRateBps = c.RateBps
+	}
+	if c.UnlimitedSenders {
+		c.SenderRateBps = 0
+	}
 	if c.Threshold == 0 {
 		c.Threshold = DefaultOnRampThreshold
 	}
@@ -304,6 +323,9 @@ func (c OnRampConfig) Validate() error {
 	if c.GSOBytes < 1500 || c.GSOBytes > 65536 {
 		errs = append(errs, fmt.Errorf("--gso %d: give 1500 bytes to 64KiB", c.GSOBytes))
 	}
+	if !c.UnlimitedSenders && (c.SenderRateBps < 1_000_000 || c.SenderRateBps > maxSenderRateBps) {
+		errs = append(errs, fmt.Errorf("--sender-rate %d bit/s: give 1mbit to 32gbit (fq's per-flow maxrate), or none", c.SenderRateBps))
+	}
 	if c.Threshold < time.Microsecond || c.Threshold > time.Second {
 		errs = append(errs, fmt.Errorf("--onramp-threshold %v: give 1us to 1s", c.Threshold))
 	}
@@ -325,6 +347,24 @@ func (c OnRampConfig) longFlows() int {
 		return 0
 	}
 	return 1
+}
+
+// maxSenderRateBps is the largest flow cap fq takes: its maxrate is a
+// 32-bit count of bytes per second.
+const maxSenderRateBps = 32_000_000_000
+
+// senderFQ is the fq options of every sender's uplink.
+func (c OnRampConfig) senderFQ() qdisc.FQConfig {
+	return qdisc.FQConfig{FlowMaxRateBps: c.SenderRateBps}
+}
+
+// senderRateText says how fast a sender's flows may go: "flows at most
+// RATE", or "flows uncapped" for 0.
+func senderRateText(bps uint64) string {
+	if bps == 0 {
+		return "flows uncapped"
+	}
+	return "flows at most " + formatRate(float64(bps))
 }
 
 // requestRate is the requests' arrival rate, per second.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/ccload/ccload/bench/plot"
 	"github.com/ccload/ccload/bench/stats"
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
@@ -52,6 +54,8 @@ func TestOnRampConfigValidation(t *testing.T) {
 		{"unknown marker", OnRampConfig{Marker: "red"}, "--marker"},
 		{"too many repeats", OnRampConfig{Repeat: MaxRepeat + 1}, "--repeat"},
 		{"small buffer", OnRampConfig{BufferBytes: 1500}, "--buffer"},
+		{"slow senders", OnRampConfig{SenderRateBps: 1000}, "--sender-rate"},
+		{"senders beyond fq's maxrate", OnRampConfig{SenderRateBps: 40_000_000_000}, "--sender-rate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -64,6 +68,30 @@ func TestOnRampConfigValidation(t *testing.T) {
 	if c.RateBps != 100_000_000 || c.Fanout != 16 || c.ResponseBytes != 64<<10 || c.Load != 0.4 ||
 		c.GSOBytes != 8<<10 || c.Threshold != 2*time.Millisecond || c.MaxPause != 100*time.Millisecond {
 		t.Errorf("defaults %+v: want 100 Mbit/s, fanout 16, 64 KiB responses, load 0.4, GSO 8 KiB, T 2 ms, max pause 100 ms", c)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  OnRampConfig
+		want uint64
+	}{
+		{"default: the bottleneck's rate", OnRampConfig{}, 100_000_000},
+		{"default follows --rate", OnRampConfig{RateBps: 50_000_000}, 50_000_000},
+		{"given", OnRampConfig{SenderRateBps: 1_000_000_000}, 1_000_000_000},
+		{"none", OnRampConfig{UnlimitedSenders: true, SenderRateBps: 5_000_000}, 0},
+	} {
+		c := tc.cfg.withDefaults()
+		if c.SenderRateBps != tc.want || c.senderFQ().FlowMaxRateBps != tc.want {
+			t.Errorf("%s: sender rate %d, fq max rate %d; want %d", tc.name, c.SenderRateBps, c.senderFQ().FlowMaxRateBps, tc.want)
+		}
+		if err := tc.cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if got, want := senderRateText(100_000_000), "flows at most 100 Mbit/s"; got != want {
+		t.Errorf("senderRateText(100 Mbit/s) = %q, want %q", got, want)
+	}
+	if got, want := senderRateText(0), "flows uncapped"; got != want {
+		t.Errorf("senderRateText(0) = %q, want %q", got, want)
 	}
 	if slices.Contains(Scenarios(), ScenarioOnRamp) {
 		t.Errorf("--scenario all includes %s, which needs sch_fq", ScenarioOnRamp)
@@ -247,6 +275,44 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	validate(t, schema, js)
+
+	// Runs without a background flow in any size bucket (a short run at
+	// a low --load): the FCT plot has nothing to draw and is skipped, and
+	// the rest is written.
+	nb := *rep
+	nb.Results.Comparisons = slices.Clone(rep.Results.Comparisons)
+	for i := range nb.Results.Comparisons {
+		nb.Results.Comparisons[i].FCT = nil
+	}
+	dir = t.TempDir()
+	files, err = nb.Write(dir)
+	if !NothingToPlot(err) {
+		t.Fatalf("write without background FCTs: %v, want only a plot with nothing to draw", err)
+	}
+	if len(files) != 3 || slices.Contains(files, filepath.Join(dir, "onramp-fct-p99.png")) {
+		t.Errorf("wrote %v, want results.json and the two RCT plots", files)
+	}
+}
+
+func TestNothingToPlot(t *testing.T) {
+	noData := fmt.Errorf("plot fct x.png: %w", plot.ErrNoData)
+	other := errors.New("write x.png: disk full")
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, false},
+		{"one plot without data", noData, true},
+		{"two plots without data", errors.Join(noData, noData), true},
+		{"one of them failed otherwise", errors.Join(noData, other), false},
+		{"another failure", other, false},
+	}
+	for _, tt := range tests {
+		if got := NothingToPlot(tt.err); got != tt.want {
+			t.Errorf("%s: NothingToPlot(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
+	}
 }
 
 // TestRCTTail checks which requests count as the tail, and that a kernel

@@ -55,6 +55,11 @@ type OnRampTopology struct {
 	// have an fq root qdisc (SenderQdisc) in every run.
 	GSOBytes    uint32 `json:"gso_bytes"`
 	SenderQdisc string `json:"sender_qdisc"`
+	// SenderRateBps is fq's cap on each flow of every sender (its
+	// maxrate), standing in for the senders' NICs; 0: none, a flow could
+	// send as fast as its veth went. Absent in results from before the
+	// cap, which had none.
+	SenderRateBps uint64 `json:"sender_flow_max_bps"`
 	// ECNThresholdBytes is where CE marking starts (0: none), by
 	// ECNMarker: "hop" or "fq_codel".
 	ECNThresholdBytes uint32 `json:"ecn_threshold_bytes"`

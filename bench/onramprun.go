@@ -128,8 +128,8 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 	}
 
 	senders := cfg.Fanout + cfg.BackgroundSenders
-	r.say("building %d incast servers + %d background senders -> router -> client: %s bottleneck, %d KiB buffer, fq and GSO %d B on every sender, CE above %d B by %s",
-		cfg.Fanout, cfg.BackgroundSenders, units.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, cfg.GSOBytes, cfg.ECNThresholdBytes, cfg.Marker)
+	r.say("building %d incast servers + %d background senders -> router -> client: %s bottleneck, %d KiB buffer, fq (%s) and GSO %d B on every sender, CE above %d B by %s",
+		cfg.Fanout, cfg.BackgroundSenders, units.FormatBandwidth(cfg.RateBps), cfg.BufferBytes>>10, senderRateText(cfg.SenderRateBps), cfg.GSOBytes, cfg.ECNThresholdBytes, cfg.Marker)
 	hopK, aqmK := cfg.ECNThresholdBytes, time.Duration(0)
 	if cfg.Marker == MarkerFQCodel {
 		hopK, aqmK = 0, stats.LineTime(float64(cfg.ECNThresholdBytes), float64(cfg.RateBps))
@@ -259,14 +259,14 @@ func (r *onrampRunner) prepareSenders() error {
 	d := r.topo
 	for i, s := range d.Senders {
 		iface := d.SenderIfaces[i]
-		err := s.Do(func() error { return onramp.PrepareSender(iface, int(r.ocfg.GSOBytes)) })
+		err := s.Do(func() error { return onramp.PrepareSender(iface, int(r.ocfg.GSOBytes), r.ocfg.senderFQ()) })
 		if errors.Is(err, qdisc.ErrNoFQ) {
 			return kernel.NewError(kernel.KindKernelTooOld,
 				"use a kernel with CONFIG_NET_SCH_FQ (a distribution kernel's sch_fq module: modprobe sch_fq), or run the scenario in a vmtests guest, whose kernels have it: go run ./vmtests --kernel 6.12 --bench '--scenario onramp --quick'",
 				err, "the onramp scenario needs the fq qdisc (CONFIG_NET_SCH_FQ) on every sender: it is what enforces On-Ramp's pauses, and the runs without On-Ramp use it too")
 		}
 		if err != nil {
-			return fmt.Errorf("fq and GSO size %d on sender %d (%s): %w", r.ocfg.GSOBytes, i, iface, err)
+			return fmt.Errorf("fq (%s) and GSO size %d on sender %d (%s): %w", senderRateText(r.ocfg.SenderRateBps), r.ocfg.GSOBytes, i, iface, err)
 		}
 	}
 	rcv, err := d.Receiver.Interface()
@@ -322,7 +322,7 @@ func (r *onrampRunner) header() OnRampResults {
 		Schema: OnRampSchemaID, Scenario: ScenarioOnRamp, Command: c.Command,
 		Started: time.Now().UTC().Round(time.Second), Machine: machine(),
 		Topology: OnRampTopology{Kind: "dumbbell", Servers: c.Fanout, BackgroundSenders: c.BackgroundSenders,
-			RateBps: c.RateBps, BufferBytes: c.BufferBytes, GSOBytes: c.GSOBytes, SenderQdisc: "fq",
+			RateBps: c.RateBps, BufferBytes: c.BufferBytes, GSOBytes: c.GSOBytes, SenderQdisc: "fq", SenderRateBps: c.SenderRateBps,
 			ECNThresholdBytes: c.ECNThresholdBytes, ECNMarker: c.Marker,
 			BaseRTTMicros: float64(r.baseRTT) / float64(time.Microsecond)},
 		Workload: OnRampWorkload{DurationSeconds: c.Duration.Seconds(), Quick: c.Quick, Fanout: c.Fanout,

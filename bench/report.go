@@ -230,6 +230,25 @@ func incastColumns(d *IncastDrain) []string {
 		opt(d.UtilAfterDrainP50, "%.0f%%", 100)}
 }
 
+// NothingToPlot reports whether err, from a report's Write, says only
+// that some of its plots had nothing to draw (plot.ErrNoData): too few
+// flows in a size bucket, say. results.json and the other plots were
+// written then, and the run itself is not in error.
+func NothingToPlot(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !NothingToPlot(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, plot.ErrNoData)
+}
+
 func formatRate(bps float64) string {
 	if bps >= 1e9 {
 		return fmt.Sprintf("%g Gbit/s", bps/1e9)

@@ -166,7 +166,7 @@ func TestOnRampIncast(t *testing.T) {
 	}
 	// fq and a small GSO size on every sender, in both runs.
 	for i, s := range d.Senders {
-		err := s.Do(func() error { return onramp.PrepareSender(d.SenderIfaces[i], orGSO) })
+		err := s.Do(func() error { return onramp.PrepareSender(d.SenderIfaces[i], orGSO, qdisc.FQConfig{}) })
 		if errors.Is(err, qdisc.ErrNoFQ) {
 			testutil.SkipKernelLacks(t, "sch_fq")
 		}
@@ -390,7 +390,7 @@ func TestOnRampPauseHoldsFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Do(func() error { return onramp.PrepareSender(iface, orGSO) })
+	err = s.Do(func() error { return onramp.PrepareSender(iface, orGSO, qdisc.FQConfig{}) })
 	if errors.Is(err, qdisc.ErrNoFQ) {
 		testutil.SkipKernelLacks(t, "sch_fq")
 	}

@@ -34,11 +34,12 @@ func ProgramsAlive() []string {
 
 // PrepareSender gives iface, an interface of the calling thread's network
 // namespace, what On-Ramp's pauses need and what a comparison without
-// On-Ramp must share: an fq root (qdisc.EnsureFQRoot, refusing a foreign
-// root) and a GSO size of at most gsoMaxSize bytes, which bounds what a
+// On-Ramp must share: an fq root with options opts (qdisc.EnsureFQRoot,
+// refusing a foreign root; an fq root already there keeps its own
+// options) and a GSO size of at most gsoMaxSize bytes, which bounds what a
 // flow keeps in fq and so what a pause cannot hold (docs/onramp.md).
-func PrepareSender(iface string, gsoMaxSize int) error {
-	if _, err := qdisc.EnsureFQRoot(iface, qdisc.FQConfig{}, false); err != nil {
+func PrepareSender(iface string, gsoMaxSize int, opts qdisc.FQConfig) error {
+	if _, err := qdisc.EnsureFQRoot(iface, opts, false); err != nil {
 		return err
 	}
 	l, err := netlink.LinkByName(iface)

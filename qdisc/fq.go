@@ -27,6 +27,11 @@ type FQConfig struct {
 	// default 10 s, microsecond resolution). fq drops packets stamped
 	// beyond it.
 	Horizon time.Duration
+	// FlowMaxRateBps caps each flow's rate, in bits/s (0: no cap, the
+	// kernel's default). fq spaces a flow's packets to it on top of any
+	// departure time they carry; the kernel takes it in bytes/s, at most
+	// 2^32-2 (about 34 Gbit/s).
+	FlowMaxRateBps uint64
 }
 
 // horizonDrop is TCA_FQ_HORIZON_DROP's value for "drop packets beyond the
@@ -54,6 +59,14 @@ func (c FQConfig) options() (*tc.Fq, error) {
 	case us > 0:
 		h := uint32(us)
 		fq.Horizon = &h
+	}
+	if c.FlowMaxRateBps != 0 {
+		perSec := c.FlowMaxRateBps / 8
+		if perSec == 0 || perSec >= math.MaxUint32 {
+			return nil, fmt.Errorf("fq flow max rate %d bit/s: give 8 bit/s to %d bit/s", c.FlowMaxRateBps, uint64(math.MaxUint32-1)*8)
+		}
+		r := uint32(perSec)
+		fq.FlowMaxRate = &r
 	}
 	return &fq, nil
 }

@@ -44,6 +44,31 @@ func installFQ(t testing.TB, h *testbed.Host, iface string, cfg FQConfig) *FQ {
 	return q
 }
 
+// sendIntact sends a flow of size bytes from p.A to a sink on p.B and
+// checks that it arrived intact.
+func sendIntact(t *testing.T, p *testbed.Pair, size int64, seed uint64) testbed.FlowResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sink, err := testbed.StartSink(p.B, netip.AddrPortFrom(p.B.Addr, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	res, err := testbed.SendFlow(ctx, p.A, sink.Addr, testbed.FlowConfig{Bytes: size, Seed: seed, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := sink.WaitResults(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := results[0]; !r.OK || r.Bytes != size {
+		t.Errorf("sink received %d of %d bytes, ok %v: %v", r.Bytes, size, r.OK, r.Err)
+	}
+	return res
+}
+
 // TestFQEDTDelay checks that a departure time set by the EDT program is
 // enforced by fq: with fq on A's side of the veth and the program on A's
 // egress, every packet A sends waits the delay, so the RTT of A's TCP
@@ -92,25 +117,7 @@ func TestFQEDTDelay(t *testing.T) {
 	}
 
 	// A bulk transfer through the delay arrives intact.
-	const size = 4 << 20
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sink, err := testbed.StartSink(p.B, netip.AddrPortFrom(p.B.Addr, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sink.Close() })
-	res, err := testbed.SendFlow(ctx, p.A, sink.Addr, testbed.FlowConfig{Bytes: size, Seed: 7, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := sink.WaitResults(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := results[0]; !r.OK || r.Bytes != size {
-		t.Errorf("sink received %d of %d bytes, ok %v: %v", r.Bytes, size, r.OK, r.Err)
-	}
+	res := sendIntact(t, p, 4<<20, 7)
 	t.Logf("bulk flow: %d bytes in %v (%.0f Mbit/s), rtt %dus, retransmits %d, reordering seen %d",
 		res.Bytes, res.Duration.Round(time.Millisecond), res.Throughput/1e6,
 		res.Info.Rtt, res.Info.Total_retrans, res.Info.Reord_seen)
@@ -132,6 +139,34 @@ func TestFQEDTDelay(t *testing.T) {
 	}
 	if qs.HorizonDrops != 0 {
 		t.Errorf("fq dropped %d packets beyond its horizon", qs.HorizonDrops)
+	}
+}
+
+// TestFQFlowMaxRate installs fq with a per-flow cap of 10 Mbit/s and sends
+// a 1 MiB flow through it: the flow cannot finish in under 0.84 s (a
+// little less for fq's initial quantum), where a veth uncapped takes
+// milliseconds. It asserts half that, a bound the cap alone explains:
+// a slow or busy machine only makes the flow slower.
+func TestFQFlowMaxRate(t *testing.T) {
+	testutil.RequireRoot(t)
+	const (
+		rate = 10_000_000 // bits/s
+		size = 1 << 20
+	)
+	p := testnet.NewPair(t)
+	iface := peerIface(t, p.A)
+	q := installFQ(t, p.A, iface, FQConfig{FlowMaxRateBps: rate})
+	res := sendIntact(t, p, size, 9)
+	atRate := time.Duration(float64(size) * 8 / rate * float64(time.Second))
+	qs, err := q.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d bytes in %v (%.1f Mbit/s) through fq capped at %d Mbit/s, %v at that rate; fq: %+v",
+		res.Bytes, res.Duration.Round(time.Millisecond), res.Throughput/1e6, rate/1_000_000, atRate.Round(time.Millisecond), qs)
+	if res.Duration < atRate/2 {
+		t.Errorf("a %d-byte flow took %v through fq capped at %d bit/s per flow, under half the %v the cap allows: the cap is not applied",
+			size, res.Duration, rate, atRate)
 	}
 }
 

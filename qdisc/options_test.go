@@ -16,6 +16,7 @@ func TestFQConfigOptions(t *testing.T) {
 		limit   *uint32
 		flow    *uint32
 		horizon *uint32 // µs
+		maxRate *uint32 // bytes/s
 		err     string
 	}{
 		{name: "defaults"},
@@ -25,6 +26,10 @@ func TestFQConfigOptions(t *testing.T) {
 		{name: "horizon below resolution", cfg: FQConfig{Horizon: 999 * time.Nanosecond}, err: "below fq's resolution"},
 		{name: "negative horizon", cfg: FQConfig{Horizon: -time.Second}, err: "negative"},
 		{name: "horizon too large", cfg: FQConfig{Horizon: 2 * time.Hour}, err: "exceeds"},
+		{name: "flow max rate", cfg: FQConfig{FlowMaxRateBps: 100_000_000}, maxRate: u32(12_500_000)},
+		{name: "flow max rate at fq's largest", cfg: FQConfig{FlowMaxRateBps: 8 * (1<<32 - 2)}, maxRate: u32(1<<32 - 2)},
+		{name: "flow max rate above fq's largest", cfg: FQConfig{FlowMaxRateBps: 8 * (1<<32 - 1)}, err: "give 8 bit/s to"},
+		{name: "flow max rate below a byte per second", cfg: FQConfig{FlowMaxRateBps: 7}, err: "give 8 bit/s to"},
 	}
 	eq := func(a, b *uint32) bool { return (a == nil && b == nil) || (a != nil && b != nil && *a == *b) }
 	show := func(p *uint32) any {
@@ -48,10 +53,10 @@ func TestFQConfigOptions(t *testing.T) {
 			if got.HorizonDrop == nil || *got.HorizonDrop != 1 {
 				t.Errorf("options() sets horizon drop to %v, want 1", got.HorizonDrop)
 			}
-			if !eq(got.PLimit, tt.limit) || !eq(got.FlowPLimit, tt.flow) || !eq(got.Horizon, tt.horizon) {
-				t.Errorf("options() = limit %v, flow limit %v, horizon %v; want %v, %v, %v",
-					show(got.PLimit), show(got.FlowPLimit), show(got.Horizon),
-					show(tt.limit), show(tt.flow), show(tt.horizon))
+			if !eq(got.PLimit, tt.limit) || !eq(got.FlowPLimit, tt.flow) || !eq(got.Horizon, tt.horizon) || !eq(got.FlowMaxRate, tt.maxRate) {
+				t.Errorf("options() = limit %v, flow limit %v, horizon %v, flow max rate %v; want %v, %v, %v, %v",
+					show(got.PLimit), show(got.FlowPLimit), show(got.Horizon), show(got.FlowMaxRate),
+					show(tt.limit), show(tt.flow), show(tt.horizon), show(tt.maxRate))
 			}
 		})
 	}

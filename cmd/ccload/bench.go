@@ -30,6 +30,7 @@ func newBenchCmd(a *app) *cobra.Command {
 		clockCfg      bench.ClockConfig
 		orCfg         bench.OnRampConfig
 		gso           string
+		senderRate    string
 		longFlow      bool
 	)
 	c := &cobra.Command{
@@ -85,7 +86,9 @@ Scenarios:
              from --senders background senders and one long flow (none
              with --onramp-long-flow=false); each CC once without and
              once with On-Ramp (--onramp-threshold, --onramp-max-pause)
-             per repeat, fq and GSO --gso on every sender in both.
+             per repeat, fq and GSO --gso on every sender in both, fq
+             capping each flow at --sender-rate (default --rate: a NIC
+             no faster than the bottleneck).
              Reports request completion times, background FCTs, the long
              flow's throughput, window and RTT, the queue, retransmission
              timeouts (and how many of the slowest requests took one), how
@@ -143,6 +146,9 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 			}
 			if scenario == bench.ScenarioOnRamp {
 				orCfg.NoLongFlow = !longFlow
+				if err := applySenderRate(&orCfg, senderRate); err != nil {
+					return usage(c, err)
+				}
 				return a.runOnRampBench(c, orCfg, cfg, ccs, sizes, gso, out, asJSON)
 			}
 			scenarios, err := bench.ScenariosFor(scenario)
@@ -228,6 +234,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&orCfg.Threshold, "onramp-threshold", bench.DefaultOnRampThreshold, "onramp: On-Ramp's threshold T on the one-way delay (2ms suits 100mbit in a TCG guest)")
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
+	f.StringVar(&senderRate, "sender-rate", "", "onramp: the most each flow of a sender may send, as fq's maxrate on its uplink, standing in for the sender's NIC (default: the bottleneck's --rate, as in a fabric of equal links); none lets a flow send as fast as its veth goes")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
 	f.BoolVar(&longFlow, "onramp-long-flow", true, "onramp: one sender also runs a long flow for the whole run, whose throughput with and without On-Ramp is the long-flow target; --onramp-long-flow=false leaves it out, as in the On-Ramp paper's basic scenario")
 	f.BoolVar(&orCfg.Strawman, "onramp-strawman", false, "onramp: run On-Ramp's strawman (pause O - T, without the lag compensation of its final algorithm), to compare the two")
@@ -237,6 +244,45 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.BoolVar(&asJSON, "json", false, "print results.json's content instead of the table (progress goes to stderr)")
 	f.Bool("schema", false, "print the JSON Schema of results.json and exit (with --scenario clock or onramp: of that scenario's)")
 	return c
+}
+
+// applySenderRate sets the onramp scenario's per-flow cap at the senders
+// from --sender-rate: empty for the default (the bottleneck's rate),
+// none for no cap, or a rate such as 100mbit.
+func applySenderRate(cfg *bench.OnRampConfig, s string) error {
+	switch s {
+	case "":
+		return nil
+	case "none":
+		cfg.UnlimitedSenders = true
+		return nil
+	}
+	bps, err := units.ParseBandwidth(s)
+	if err != nil {
+		return fmt.Errorf("--sender-rate %q: want a rate such as 100mbit, or none: %w", s, err)
+	}
+	if bps == 0 {
+		return fmt.Errorf("--sender-rate %q: give a rate above 0 (such as 100mbit), or none for no cap", s)
+	}
+	cfg.SenderRateBps = bps
+	return nil
+}
+
+// writeReport writes a report to dir with write and names the files it
+// wrote. A plot with nothing to draw (bench.NothingToPlot) is named and
+// skipped: the results and the table are still the run's.
+func writeReport(progress io.Writer, write func(dir string) ([]string, error), dir string) error {
+	files, err := write(dir)
+	for _, f := range files {
+		fmt.Fprintf(progress, "wrote %s\n", f)
+	}
+	if err != nil && !bench.NothingToPlot(err) {
+		return err
+	}
+	if err != nil {
+		fmt.Fprintf(progress, "not plotted, nothing to draw: %v\n", err)
+	}
+	return nil
 }
 
 // benchInputError makes a mistake in the bench's flags a usage error.
@@ -269,12 +315,8 @@ func (a *app) runClockBench(c *cobra.Command, cfg bench.ClockConfig, sizes bench
 		return err
 	}
 	if out != "" {
-		files, err := rep.Write(out)
-		if err != nil {
+		if err := writeReport(progress, rep.Write, out); err != nil {
 			return err
-		}
-		for _, f := range files {
-			fmt.Fprintf(progress, "wrote %s\n", f)
 		}
 	}
 	if asJSON {
@@ -351,11 +393,7 @@ func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared be
 		return benchInputError(c, err)
 	}
 	if out != "" {
-		files, err := rep.Write(out)
-		for _, f := range files {
-			fmt.Fprintf(progress, "wrote %s\n", f)
-		}
-		if err != nil {
+		if err := writeReport(progress, rep.Write, out); err != nil {
 			return err
 		}
 	}

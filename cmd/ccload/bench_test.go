@@ -243,3 +243,38 @@ func TestBenchStopsOnClosedPipe(t *testing.T) {
 		t.Errorf("netns left behind: %d before the bench, %d after", len(netnsBefore), len(netnsAfter))
 	}
 }
+
+func TestApplySenderRate(t *testing.T) {
+	tests := []struct {
+		in        string
+		rate      uint64
+		unlimited bool
+		err       string
+	}{
+		{in: ""},
+		{in: "none", unlimited: true},
+		{in: "100mbit", rate: 100_000_000},
+		{in: "1gbit", rate: 1_000_000_000},
+		{in: "0", err: "needs a unit"},
+		{in: "0mbit", err: "above 0"},
+		{in: "fast", err: "want a rate such as 100mbit, or none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var cfg bench.OnRampConfig
+			err := applySenderRate(&cfg, tt.in)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "--sender-rate") {
+					t.Fatalf("applySenderRate(%q) = %v, want an error naming --sender-rate and containing %q", tt.in, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.SenderRateBps != tt.rate || cfg.UnlimitedSenders != tt.unlimited {
+				t.Errorf("applySenderRate(%q): rate %d, unlimited %v; want %d, %v", tt.in, cfg.SenderRateBps, cfg.UnlimitedSenders, tt.rate, tt.unlimited)
+			}
+		})
+	}
+}
