@@ -516,6 +516,9 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	t.Logf("\n%s", table.String())
 
 	res := rep.Results
+	if res.Topology.SenderRateBps != res.Topology.RateBps {
+		t.Errorf("senders' flows capped at %d bit/s, want the bottleneck's %d by default", res.Topology.SenderRateBps, res.Topology.RateBps)
+	}
 	if len(res.Variants) != 2*len(ccs) || len(res.Comparisons) != len(ccs) || len(res.Order) != 1 || len(res.Order[0]) != 2*len(ccs) {
 		t.Fatalf("%d variants, %d comparisons, order %v for %d CCs", len(res.Variants), len(res.Comparisons), res.Order, len(ccs))
 	}
