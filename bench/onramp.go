@@ -358,6 +358,15 @@ func (c OnRampConfig) senderFQ() qdisc.FQConfig {
 	return qdisc.FQConfig{FlowMaxRateBps: c.SenderRateBps}
 }
 
+// hostBWBps is the NIC rate the CCs with a host_bw are given: the flows'
+// cap, or the bottleneck's rate without one.
+func (c OnRampConfig) hostBWBps() uint64 {
+	if c.SenderRateBps > 0 {
+		return c.SenderRateBps
+	}
+	return c.RateBps
+}
+
 // senderRateText says how fast a sender's flows may go: "flows at most
 // RATE", or "flows uncapped" for 0.
 func senderRateText(bps uint64) string {

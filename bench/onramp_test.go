@@ -70,18 +70,22 @@ func TestOnRampConfigValidation(t *testing.T) {
 		t.Errorf("defaults %+v: want 100 Mbit/s, fanout 16, 64 KiB responses, load 0.4, GSO 8 KiB, T 2 ms, max pause 100 ms", c)
 	}
 	for _, tc := range []struct {
-		name string
-		cfg  OnRampConfig
-		want uint64
+		name   string
+		cfg    OnRampConfig
+		want   uint64
+		hostBW uint64 // the CCs' host_bw: the cap, else the bottleneck's rate
 	}{
-		{"default: the bottleneck's rate", OnRampConfig{}, 100_000_000},
-		{"default follows --rate", OnRampConfig{RateBps: 50_000_000}, 50_000_000},
-		{"given", OnRampConfig{SenderRateBps: 1_000_000_000}, 1_000_000_000},
-		{"none", OnRampConfig{UnlimitedSenders: true, SenderRateBps: 5_000_000}, 0},
+		{"default: the bottleneck's rate", OnRampConfig{}, 100_000_000, 100_000_000},
+		{"default follows --rate", OnRampConfig{RateBps: 50_000_000}, 50_000_000, 50_000_000},
+		{"given", OnRampConfig{SenderRateBps: 1_000_000_000}, 1_000_000_000, 1_000_000_000},
+		{"none", OnRampConfig{UnlimitedSenders: true, SenderRateBps: 5_000_000}, 0, 100_000_000},
 	} {
 		c := tc.cfg.withDefaults()
 		if c.SenderRateBps != tc.want || c.senderFQ().FlowMaxRateBps != tc.want {
 			t.Errorf("%s: sender rate %d, fq max rate %d; want %d", tc.name, c.SenderRateBps, c.senderFQ().FlowMaxRateBps, tc.want)
+		}
+		if hb := c.hostBWBps(); hb != tc.hostBW {
+			t.Errorf("%s: host_bw %d bit/s, want %d", tc.name, hb, tc.hostBW)
 		}
 		if err := tc.cfg.Validate(); err != nil {
 			t.Errorf("%s: %v", tc.name, err)

@@ -227,9 +227,11 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 }
 
 // ccParams gives ccload's CCs that have a host_bw and are not attached
-// yet the bottleneck's rate: every sender's NIC is as fast as the fabric
-// here, and θ-PowerTCP's τ floor (one GSO packet at host_bw) is then
-// GSOBytes at the rate, 655 µs for 8 KiB at 100 Mbit/s.
+// yet the senders' NIC rate: the flows' cap (SenderRateBps), the
+// bottleneck's rate by default, as every sender's NIC is as fast as the
+// fabric here, or the bottleneck's rate without a cap. θ-PowerTCP's τ
+// floor (one GSO packet at host_bw) is then GSOBytes at that rate, 655 µs
+// for 8 KiB at 100 Mbit/s.
 func (r *onrampRunner) ccParams() func(*loader.CC) map[string]string {
 	list, err := r.l.List()
 	attached := map[string]bool{}
@@ -244,7 +246,7 @@ func (r *onrampRunner) ccParams() func(*loader.CC) map[string]string {
 		}
 		params := map[string]string{}
 		if _, has := cc.Param(hostBWParam); has {
-			params[hostBWParam] = units.FormatBandwidth(r.ocfg.RateBps)
+			params[hostBWParam] = units.FormatBandwidth(r.ocfg.hostBWBps())
 		}
 		if _, has := cc.Param(onrampHoldsParam); has && r.ocfg.CCHolds {
 			params[onrampHoldsParam] = "1"

@@ -234,7 +234,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.DurationVar(&orCfg.Threshold, "onramp-threshold", bench.DefaultOnRampThreshold, "onramp: On-Ramp's threshold T on the one-way delay (2ms suits 100mbit in a TCG guest)")
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
-	f.StringVar(&senderRate, "sender-rate", "", "onramp: the most each flow of a sender may send, as fq's maxrate on its uplink, standing in for the sender's NIC (default: the bottleneck's --rate, as in a fabric of equal links); none lets a flow send as fast as its veth goes")
+	f.StringVar(&senderRate, "sender-rate", "", "onramp: the most each flow of a sender may send, as fq's maxrate on its uplink, standing in for the sender's NIC, and the host_bw of the CCs that have one (default: the bottleneck's --rate, as in a fabric of equal links); none lets a flow send as fast as its veth goes")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
 	f.BoolVar(&longFlow, "onramp-long-flow", true, "onramp: one sender also runs a long flow for the whole run, whose throughput with and without On-Ramp is the long-flow target; --onramp-long-flow=false leaves it out, as in the On-Ramp paper's basic scenario")
 	f.BoolVar(&orCfg.Strawman, "onramp-strawman", false, "onramp: run On-Ramp's strawman (pause O - T, without the lag compensation of its final algorithm), to compare the two")
