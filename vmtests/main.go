@@ -321,15 +321,18 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 	logf("kernel %s: booting under %s (console log: %s)", k.release, accel, logPath)
 	text, initAfter, err := bootVM(ctx, k, initrd, accel, o.timeout, bootTimeout, console)
 	if tag, what := bootFailure(text, err); tag != "" && ctx.Err() == nil {
-		// A guest that panics, or that never reaches /init, is booted
-		// once more: under TCG the emulator itself now and then breaks a
-		// guest. Seen in this project's runs: a double fault in the slab
+		// A guest that panics, that never reaches /init, or whose CPUs
+		// stay stuck (errLockup) is booted once more: under TCG the
+		// emulator itself now and then breaks a guest. Seen in this project's runs: a double fault in the slab
 		// allocator; an "Oops: int3" in __netif_receive_skb_core, a jump
 		// label caught mid-patch, in 3 of the 6.12 guest boots in
 		// /var/cache/ccload-vmtests/logs by 2026-11-26, under three
 		// different tests; and a 6.1 guest that printed nothing after
-		// the boot loader for 13 minutes. A panic our programs cause
-		// panics again and still fails the run.
+		// the boot loader for 13 minutes; on 2026-11-28, both CPUs of a
+		// 6.1 guest stuck for minutes in kworkers during
+		// TestRXTimestampsThroughFQ/bridge, which had passed in every
+		// run before. A panic or lockup our programs cause comes again
+		// and still fails the run.
 		first := filepath.Join(logs, "console-"+spec.series+"-"+tag+"1.log")
 		if werr := os.WriteFile(first, []byte(text), 0o644); werr != nil {
 			return fail(fmt.Errorf("save the console of the failed boot: %w", werr))
@@ -360,6 +363,8 @@ func bootFailure(text string, err error) (tag, what string) {
 		return "panic", "panicked"
 	case errors.Is(err, errNoBoot):
 		return "noboot", "did not reach /init"
+	case errors.Is(err, errLockup):
+		return "lockup", "locked up (a CPU stuck for minutes)"
 	}
 	return "", ""
 }

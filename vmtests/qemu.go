@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +21,44 @@ const (
 
 // errNoBoot means the guest printed nothing from /init in time.
 var errNoBoot = errors.New("guest did not reach /init")
+
+// errLockup means the guest's kernel reported a CPU stuck for lockupKill
+// or more (its soft-lockup watchdog), and the guest was stopped: a
+// kernel whose CPU has not scheduled for minutes does not finish, and
+// waiting for the deadline would only spend the run's time.
+var errLockup = errors.New("guest locked up")
+
+// lockupKill is how long the guest's watchdog must report a CPU stuck
+// before the guest is stopped. Under TCG a loaded host delays a vCPU for
+// seconds now and then (the watchdog's threshold is 20 s); minutes mean
+// the kernel will not come back.
+const lockupKill = 120 * time.Second
+
+// lockupStuck parses a soft-lockup report of the kernel's watchdog,
+// "watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [kworker/1:3:1403]",
+// and returns how long the CPU has been stuck.
+func lockupStuck(line string) (time.Duration, bool) {
+	const mark = "soft lockup - CPU#"
+	i := strings.Index(line, mark)
+	if i < 0 {
+		return 0, false
+	}
+	rest := line[i+len(mark):]
+	j := strings.Index(rest, " stuck for ")
+	if j < 0 {
+		return 0, false
+	}
+	rest = rest[j+len(" stuck for "):]
+	k := strings.Index(rest, "s!")
+	if k <= 0 {
+		return 0, false
+	}
+	secs, err := strconv.Atoi(rest[:k])
+	if err != nil || secs < 0 {
+		return 0, false
+	}
+	return time.Duration(secs) * time.Second, true
+}
 
 // bootVM runs the guest until it powers off, the deadline passes, or (when
 // bootTimeout > 0) /init has not started in bootTimeout. It returns the
@@ -53,6 +93,7 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 
 	// initAfter is written before booted is closed and read after.
 	var initAfter time.Duration
+	var lockedUp atomic.Bool
 	booted := make(chan struct{})
 	var out strings.Builder
 	readDone := make(chan struct{})
@@ -69,6 +110,10 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 				seen = true
 				initAfter = time.Since(start)
 				close(booted)
+			}
+			if d, ok := lockupStuck(line); ok && d >= lockupKill && !lockedUp.Load() {
+				lockedUp.Store(true)
+				cancel()
 			}
 		}
 	}()
@@ -87,6 +132,8 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 	werr := cmd.Wait()
 	text := out.String()
 	switch {
+	case lockedUp.Load():
+		return text, initAfter, fmt.Errorf("%w: its kernel reported a CPU stuck for %v or more (soft lockup)", errLockup, lockupKill)
 	case bootErr != nil:
 		return text, 0, fmt.Errorf("%w in %v (if the host is only slow, raise --boot-timeout)", bootErr, bootTimeout)
 	case !strings.Contains(text, markerBooted):
