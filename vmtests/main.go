@@ -69,7 +69,7 @@ func guestPackages() []testPackage {
 		{name: "bench", path: "bench", tests: "^(TestProbeECN|TestOnRampScenarioQuick)$"},
 		{name: "perack", path: "bench/perack", tests: "^TestArithmeticState$"},
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
-			"TestFQEDTDelay", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
+			"TestFQEDTDelay", "TestFQFlowMaxRate", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
 			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
 			"TestEDTDelayConfig", "TestEnsureFQRoot", "TestFQRootMissingInterface", "TestFQRootJSON",
 		}, "|") + ")$"},
