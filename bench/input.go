@@ -107,15 +107,8 @@ func RunAll(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, s
 			if len(scenarios) > 1 {
 				dir = filepath.Join(out, sc)
 			}
-			files, err := rep.Write(dir)
-			if err != nil && !NothingToPlot(err) {
+			if err := WriteReport(progress, rep.Write, dir); err != nil {
 				return reps, fmt.Errorf("bench %s: %w", sc, err)
-			}
-			if progress != nil {
-				fmt.Fprintf(progress, "wrote %s\n", strings.Join(files, " "))
-				if err != nil {
-					fmt.Fprintf(progress, "not plotted, nothing to draw: %v\n", err)
-				}
 			}
 		}
 		reps = append(reps, rep)

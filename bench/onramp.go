@@ -245,11 +245,11 @@ func (c OnRampConfig) withDefaults() OnRampConfig {
 	if c.GSOBytes == 0 {
 		c.GSOBytes = DefaultOnRampGSOBytes
 	}
-	if c.SenderRateBps == 0 && !c.UnlimitedSenders {
-		c.SenderRateBps = c.RateBps
-	}
-	if c.UnlimitedSenders {
+	switch {
+	case c.UnlimitedSenders:
 		c.SenderRateBps = 0
+	case c.SenderRateBps == 0:
+		c.SenderRateBps = c.RateBps
 	}
 	if c.Threshold == 0 {
 		c.Threshold = DefaultOnRampThreshold

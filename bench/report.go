@@ -230,6 +230,27 @@ func incastColumns(d *IncastDrain) []string {
 		opt(d.UtilAfterDrainP50, "%.0f%%", 100)}
 }
 
+// WriteReport writes a report to dir with write, a report's Write, and
+// names on progress (nil: nowhere) each file it wrote. A plot with
+// nothing to draw (NothingToPlot) is named there too and is not an
+// error: results.json and the table are still the run's.
+func WriteReport(progress io.Writer, write func(dir string) ([]string, error), dir string) error {
+	if progress == nil {
+		progress = io.Discard
+	}
+	files, err := write(dir)
+	for _, f := range files {
+		fmt.Fprintf(progress, "wrote %s\n", f)
+	}
+	if err != nil && !NothingToPlot(err) {
+		return err
+	}
+	if err != nil {
+		fmt.Fprintf(progress, "not plotted, nothing to draw: %v\n", err)
+	}
+	return nil
+}
+
 // NothingToPlot reports whether err, from a report's Write, says only
 // that some of its plots had nothing to draw (plot.ErrNoData): too few
 // flows in a size bucket, say. results.json and the other plots were

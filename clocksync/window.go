@@ -346,7 +346,7 @@ func (a *Agent) publish(entries []Entry) {
 	if a.cfg.Offsets == nil {
 		return
 	}
-	fresh := map[netip.Addr]bool{}
+	live := map[netip.Addr]bool{}
 	for _, e := range entries {
 		old, ok, err := a.cfg.Offsets.Get(e.Peer)
 		if err == nil && ok {
@@ -356,22 +356,21 @@ func (a *Agent) publish(entries []Entry) {
 			a.cfg.Logf("%v", err)
 			continue
 		}
-		fresh[e.Peer] = true
+		live[e.Peer] = true
 	}
 	a.mu.Lock()
 	var stale []netip.Addr
 	for p := range a.published {
-		if !fresh[p] {
+		if !live[p] {
 			stale = append(stale, p)
 		}
 	}
 	a.mu.Unlock()
 	now := uint64(a.cfg.Clock.Now())
-	kept := fresh
 	for _, p := range stale {
 		old, ok, err := a.cfg.Offsets.Get(p)
 		if err == nil && ok && old.ValidUntilNs > now {
-			kept[p] = true
+			live[p] = true
 			continue
 		}
 		if err := a.cfg.Offsets.Delete(p); err != nil {
@@ -379,7 +378,7 @@ func (a *Agent) publish(entries []Entry) {
 		}
 	}
 	a.mu.Lock()
-	a.published = kept
+	a.published = live
 	a.mu.Unlock()
 }
 

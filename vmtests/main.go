@@ -323,8 +323,8 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 	if tag, what := bootFailure(text, err); tag != "" && ctx.Err() == nil {
 		// A guest that panics, that never reaches /init, or whose CPUs
 		// stay stuck (errLockup) is booted once more: under TCG the
-		// emulator itself now and then breaks a guest. Seen in this project's runs: a double fault in the slab
-		// allocator; an "Oops: int3" in __netif_receive_skb_core, a jump
+		// emulator itself now and then breaks a guest. Seen in this
+		// project's runs: a double fault in the slab allocator; an "Oops: int3" in __netif_receive_skb_core, a jump
 		// label caught mid-patch, in 3 of the 6.12 guest boots in
 		// /var/cache/ccload-vmtests/logs by 2026-11-26, under three
 		// different tests; and a 6.1 guest that printed nothing after

@@ -8,9 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -34,27 +34,19 @@ var errLockup = errors.New("guest locked up")
 // the kernel will not come back.
 const lockupKill = 120 * time.Second
 
-// lockupStuck parses a soft-lockup report of the kernel's watchdog,
-// "watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [kworker/1:3:1403]",
-// and returns how long the CPU has been stuck.
+// lockupReport matches a soft-lockup report of the kernel's watchdog,
+// "watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [kworker/1:3:1403]".
+var lockupReport = regexp.MustCompile(`soft lockup - CPU#\d+ stuck for (\d+)s!`)
+
+// lockupStuck returns how long a soft-lockup report in line says its CPU
+// has been stuck.
 func lockupStuck(line string) (time.Duration, bool) {
-	const mark = "soft lockup - CPU#"
-	i := strings.Index(line, mark)
-	if i < 0 {
+	m := lockupReport.FindStringSubmatch(line)
+	if m == nil {
 		return 0, false
 	}
-	rest := line[i+len(mark):]
-	j := strings.Index(rest, " stuck for ")
-	if j < 0 {
-		return 0, false
-	}
-	rest = rest[j+len(" stuck for "):]
-	k := strings.Index(rest, "s!")
-	if k <= 0 {
-		return 0, false
-	}
-	secs, err := strconv.Atoi(rest[:k])
-	if err != nil || secs < 0 {
+	secs, err := strconv.Atoi(m[1])
+	if err != nil {
 		return 0, false
 	}
 	return time.Duration(secs) * time.Second, true
@@ -91,9 +83,10 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 		return "", 0, fmt.Errorf("start qemu (apt-get install qemu-system-x86): %w", err)
 	}
 
-	// initAfter is written before booted is closed and read after.
+	// initAfter is written before booted is closed and read after;
+	// lockedUp is written before readDone is closed and read after.
 	var initAfter time.Duration
-	var lockedUp atomic.Bool
+	var lockedUp bool
 	booted := make(chan struct{})
 	var out strings.Builder
 	readDone := make(chan struct{})
@@ -111,8 +104,8 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 				initAfter = time.Since(start)
 				close(booted)
 			}
-			if d, ok := lockupStuck(line); ok && d >= lockupKill && !lockedUp.Load() {
-				lockedUp.Store(true)
+			if d, ok := lockupStuck(line); ok && d >= lockupKill {
+				lockedUp = true
 				cancel()
 			}
 		}
@@ -132,7 +125,7 @@ func bootVM(ctx context.Context, k *kernel, initrd, accel string, timeout, bootT
 	werr := cmd.Wait()
 	text := out.String()
 	switch {
-	case lockedUp.Load():
+	case lockedUp:
 		return text, initAfter, fmt.Errorf("%w: its kernel reported a CPU stuck for %v or more (soft lockup)", errLockup, lockupKill)
 	case bootErr != nil:
 		return text, 0, fmt.Errorf("%w in %v (if the host is only slow, raise --boot-timeout)", bootErr, bootTimeout)

@@ -268,23 +268,6 @@ func applySenderRate(cfg *bench.OnRampConfig, s string) error {
 	return nil
 }
 
-// writeReport writes a report to dir with write and names the files it
-// wrote. A plot with nothing to draw (bench.NothingToPlot) is named and
-// skipped: the results and the table are still the run's.
-func writeReport(progress io.Writer, write func(dir string) ([]string, error), dir string) error {
-	files, err := write(dir)
-	for _, f := range files {
-		fmt.Fprintf(progress, "wrote %s\n", f)
-	}
-	if err != nil && !bench.NothingToPlot(err) {
-		return err
-	}
-	if err != nil {
-		fmt.Fprintf(progress, "not plotted, nothing to draw: %v\n", err)
-	}
-	return nil
-}
-
 // benchInputError makes a mistake in the bench's flags a usage error.
 func benchInputError(c *cobra.Command, err error) error {
 	var in *bench.InputError
@@ -315,7 +298,7 @@ func (a *app) runClockBench(c *cobra.Command, cfg bench.ClockConfig, sizes bench
 		return err
 	}
 	if out != "" {
-		if err := writeReport(progress, rep.Write, out); err != nil {
+		if err := bench.WriteReport(progress, rep.Write, out); err != nil {
 			return err
 		}
 	}
@@ -393,7 +376,7 @@ func (a *app) runOnRampBench(c *cobra.Command, cfg bench.OnRampConfig, shared be
 		return benchInputError(c, err)
 	}
 	if out != "" {
-		if err := writeReport(progress, rep.Write, out); err != nil {
+		if err := bench.WriteReport(progress, rep.Write, out); err != nil {
 			return err
 		}
 	}
