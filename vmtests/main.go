@@ -13,6 +13,12 @@
 // Under TCG the guest is far slower than the host: compare CCs within one
 // guest run, not with the host's figures.
 //
+// With --host-skips FILE (the host's test run as `go test -json` events)
+// it first checks that its list of guest tests holds every test the host
+// skipped because its kernel lacks a feature, and at the end that each of
+// them passed in every guest: a test that skips on the host and is left
+// out of the list would otherwise run nowhere.
+//
 // For each kernel it downloads the Debian cloud kernel package (once; the
 // cache survives between runs), builds an initramfs with busybox, static
 // test binaries, the ccload binary and the needed modules, boots it (KVM
@@ -92,6 +98,7 @@ type options struct {
 	updateReadme string
 	verbose      bool
 	bench        []string // ccload bench's arguments (--bench); no tests then
+	hostSkips    string   // the host's `go test -json` events (--host-skips)
 	benchOut     string
 }
 
@@ -108,6 +115,7 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "copy every guest's console to stdout")
 	var only kernelFlags
 	flag.Var(&only, "only", "run only PKG's tests matching REGEXP in the guest, as PKG=REGEXP (repeatable; PKG is a directory of the module)")
+	flag.StringVar(&o.hostSkips, "host-skips", "", "the host's test run as `go test -json` events (gotestsum --jsonfile FILE): every test that skipped there because the host's kernel lacks a feature must be in the guests' list and pass in every guest")
 	var benchLine string
 	flag.StringVar(&benchLine, "bench", "", "run `ccload bench ARGS` in each guest instead of the tests (ARGS split at white space; no --out)")
 	flag.StringVar(&o.benchOut, "bench-out", "vmtests-bench", "with --bench: the guests' results.json and plots go to DIR/<kernel release>")
@@ -120,14 +128,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "vmtests: %v\n", err)
 			os.Exit(2)
 		}
-		if len(only) > 0 || o.updateReadme != "" {
-			fmt.Fprintln(os.Stderr, "vmtests: --bench runs no tests; leave out --only and --update-readme")
+		if len(only) > 0 || o.updateReadme != "" || o.hostSkips != "" {
+			fmt.Fprintln(os.Stderr, "vmtests: --bench runs no tests; leave out --only, --update-readme and --host-skips")
 			os.Exit(2)
 		}
 		o.bench = args
 	}
 	if len(o.kernels) == 0 || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE] [--bench 'BENCH ARGS' [--bench-out DIR]]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./vmtests --kernel 6.1 --kernel 6.12 [--accel auto|kvm|tcg] [--json FILE] [--host-skips FILE] [--bench 'BENCH ARGS' [--bench-out DIR]]")
 		os.Exit(2)
 	}
 	// Every tool first: a fresh machine should learn what to install now,
@@ -193,6 +201,26 @@ func run(ctx context.Context, o options) int {
 			pkgs = append(pkgs, testPackage{name: strings.ReplaceAll(path, "/", "_"), path: path, tests: regex})
 		}
 	}
+	var skips []hostSkip
+	if o.hostSkips != "" {
+		if skips, err = readHostSkipsFile(o.hostSkips, root); err != nil {
+			logf("--host-skips: %v", err)
+			return 2
+		}
+		missing, err := unselected(pkgs, skips)
+		if err != nil {
+			logf("--host-skips: %v", err)
+			return 2
+		}
+		if len(missing) > 0 {
+			logf("%d test(s) skipped on the host because its kernel lacks a feature, and no guest runs them; add each to guestPackages in vmtests/main.go:", len(missing))
+			for _, s := range missing {
+				logf("  %s", s)
+			}
+			return 1
+		}
+		logf("the guests run all %d test(s) the host skipped for a kernel feature", len(skips))
+	}
 	logs := filepath.Join(o.cache, "logs", fmt.Sprintf("%s-%d", time.Now().Format("20060102-150405"), os.Getpid()))
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		logf("%v", err)
@@ -241,6 +269,17 @@ func run(ctx context.Context, o options) int {
 			if len(r.Packages) == 0 {
 				fail++ // a guest that never ran its tests is a failure too
 			}
+		}
+	}
+	if o.hostSkips != "" {
+		if bad := unpassed(pkgs, skips, results); len(bad) > 0 {
+			code = 1
+			logf("%d of the tests the host skipped for a kernel feature did not pass in a guest:", len(bad))
+			for _, b := range bad {
+				logf("  %s", b)
+			}
+		} else {
+			logf("all %d test(s) the host skipped for a kernel feature passed in every guest", len(skips))
 		}
 	}
 	fmt.Printf("vmtests: %d passed, %d failed, %d skipped\n", pass, fail, skip)

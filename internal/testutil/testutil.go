@@ -48,6 +48,11 @@ func RequireFile(t testing.TB, path, what string) {
 // InVMEnv is set by the vmtests guest's /init.
 const InVMEnv = "CCLOAD_IN_VM"
 
+// KernelLacksMarker begins the reason SkipKernelLacks gives, followed by
+// the feature and a semicolon. vmtests --host-skips finds the host's
+// skips by it, to check that the guests ran each of those tests.
+const KernelLacksMarker = "this kernel lacks "
+
 // SkipKernelLacks skips t because the running kernel lacks a feature
 // (sch_fq, the tcp_dctcp module, ...) that the kernels booted by vmtests
 // have. On the host this skip is allowed even where NoSkipEnv is set,
@@ -58,7 +63,7 @@ func SkipKernelLacks(t testing.TB, feature string) {
 	if os.Getenv(InVMEnv) != "" {
 		t.Fatalf("the guest kernel lacks %s, which the vmtests guest must have", feature)
 	}
-	t.Skipf("this kernel lacks %s; vmtests (go run ./vmtests --kernel 6.1 --kernel 6.12) runs this test on kernels that have it", feature)
+	t.Skipf("%s%s; vmtests (go run ./vmtests --kernel 6.1 --kernel 6.12) runs this test on kernels that have it", KernelLacksMarker, feature)
 }
 
 // Host returns the standard kernel.Host with its pins in a directory of
