@@ -73,16 +73,23 @@ const (
 	// DefaultOnRampECNBytes is DCTCP's K: 1.6 ms at 100 Mbit/s, under T,
 	// so that DCTCP keeps its queue below On-Ramp's threshold and On-Ramp
 	// acts on transients only.
-	DefaultOnRampECNBytes    = 20_000
-	DefaultOnRampFanout      = 16
-	DefaultOnRampResponse    = 64 << 10
-	DefaultOnRampIncastLoad  = 0.2
-	DefaultOnRampLoad        = 0.4
-	DefaultOnRampBackground  = 4
-	DefaultOnRampGSOBytes    = 8 << 10
-	DefaultOnRampThreshold   = 2 * time.Millisecond
-	DefaultOnRampMaxPause    = 100 * time.Millisecond
-	DefaultOnRampSampleEvery = time.Millisecond
+	DefaultOnRampECNBytes   = 20_000
+	DefaultOnRampFanout     = 16
+	DefaultOnRampResponse   = 64 << 10
+	DefaultOnRampIncastLoad = 0.2
+	DefaultOnRampLoad       = 0.4
+	DefaultOnRampBackground = 4
+	DefaultOnRampGSOBytes   = 8 << 10
+	DefaultOnRampThreshold  = 2 * time.Millisecond
+	DefaultOnRampMaxPause   = 100 * time.Millisecond
+	// DefaultOnRampSampleEvery is coarser than the other scenarios'
+	// 100us: each sample is a netlink dump of the bottleneck's qdisc by
+	// the process that starts the flows, and in a TCG guest sampling
+	// every 1 ms kept its CPUs about 15 points busier and delayed the
+	// responses' starts (docs/benchmarks.md, On-Ramp). The queue's
+	// percentiles need many samples, not fine ones: a 30 s run still
+	// takes 3,000.
+	DefaultOnRampSampleEvery = 10 * time.Millisecond
 	defaultOnRampDuration    = 15 * time.Second
 	quickOnRampDuration      = 4 * time.Second
 	maxOnRampRequests        = 5000

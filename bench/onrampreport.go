@@ -36,8 +36,9 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	if wl.BackgroundMaxBytes > 0 {
 		bgCap = fmt.Sprintf(" (capped at %d KB)", wl.BackgroundMaxBytes/1000)
 	}
-	fmt.Fprintf(w, "onramp: %s bottleneck, %d KiB buffer, %s, base RTT %.0fus; fq (%s) and GSO %d KiB on all %d senders; kernel %s\n",
-		formatRate(float64(t.RateBps)), t.BufferBytes>>10, marking, t.BaseRTTMicros, senderRateText(t.SenderRateBps), t.GSOBytes>>10, t.Servers+t.BackgroundSenders, res.Machine.Kernel)
+	fmt.Fprintf(w, "onramp: %s bottleneck, %d KiB buffer, %s, base RTT %.0fus, queue sampled every %v; fq (%s) and GSO %d KiB on all %d senders; kernel %s\n",
+		formatRate(float64(t.RateBps)), t.BufferBytes>>10, marking, t.BaseRTTMicros, time.Duration(wl.SampleMicros*float64(time.Microsecond)),
+		senderRateText(t.SenderRateBps), t.GSOBytes>>10, t.Servers+t.BackgroundSenders, res.Machine.Kernel)
 	fmt.Fprintf(w, "  requests: %d x %d KiB responses, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; %s; %v per run, %s\n",
 		wl.Fanout, wl.ResponseBytes>>10, wl.RequestRate, wl.IncastLoad, wl.RequestsFromSeconds, wl.BackgroundLoad, bgCap,
 		t.BackgroundSenders, longFlowsText(wl.LongFlows), time.Duration(wl.DurationSeconds*float64(time.Second)), repeats)

@@ -100,7 +100,7 @@ Scenarios:
              without/with. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
              1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
-             1ms; --quick: 8 servers, 2 background senders. It needs
+             10ms; --quick: 8 servers, 2 background senders. It needs
              sch_fq (CONFIG_NET_SCH_FQ); 'all' leaves it out
 
 Kernel CCs (cubic, bbr, reno, dctcp) and ccload's CCs can be mixed. ccload's
@@ -229,7 +229,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.IntVar(&cfg.Flows, "flows", bench.DefaultFlows, "fairness: flows that join and leave")
 	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "workload seed of the first repeat; repeat i uses seed+i")
 	f.IntVar(&cfg.Repeat, "repeat", 1, fmt.Sprintf("runs per CC, interleaved, reported as median and range (1 to %d)", bench.MaxRepeat))
-	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "queue sampling interval")
+	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, fmt.Sprintf("queue sampling interval (onramp: default %v, as each sample costs the process that starts the flows)", bench.DefaultOnRampSampleEvery))
 	f.IntVar(&controlRuns, "control-plane-runs", 15, fmt.Sprintf("time attach, set and detach of theta_powertcp as processes this many times each, before the scenarios (0 to skip; at most %d)", bench.MaxControlPlaneRuns))
 	f.DurationVar(&orCfg.Threshold, "onramp-threshold", bench.DefaultOnRampThreshold, "onramp: On-Ramp's threshold T on the one-way delay (2ms suits 100mbit in a TCG guest)")
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
