@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+
+	"golang.org/x/mod/modfile"
 
 	"github.com/ccload/ccload/internal/testutil"
 )
@@ -19,6 +22,7 @@ type hostSkip struct {
 	Path    string // the package's directory in the module, as testPackage.path
 	Test    string // the test's full name, subtests included
 	Feature string // what the host's kernel lacks, as the skip named it
+	Guest   string // the guest package that runs it (testPackage.name); set by placeInGuests
 }
 
 func (s hostSkip) String() string {
@@ -105,37 +109,45 @@ func readHostSkipsFile(name, root string) ([]hostSkip, error) {
 	return skips, nil
 }
 
-// modulePath reads the module line of root's go.mod.
+// modulePath reads the module's path from root's go.mod.
 func modulePath(root string) (string, error) {
-	b, err := os.ReadFile(root + "/go.mod")
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
 		return "", err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if m, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
-			return strings.Trim(strings.TrimSpace(m), `"`), nil
-		}
+	m := modfile.ModulePath(b)
+	if m == "" {
+		return "", fmt.Errorf("%s has no module line", filepath.Join(root, "go.mod"))
 	}
-	return "", fmt.Errorf("%s/go.mod has no module line", root)
+	return m, nil
 }
 
-// guestRuns reports whether pkgs run test s in the guests: a package with
-// s's path whose -test.run pattern selects the test, and returns that
-// package's name.
-func guestRuns(pkgs []testPackage, s hostSkip) (string, bool, error) {
-	for _, p := range pkgs {
-		if p.path != s.Path {
-			continue
+// placeInGuests finds, for each of the host's skips, the guest package
+// that runs it: one with the skip's path whose -test.run pattern selects
+// the test. placed are the skips with Guest set; missing are those no
+// guest package runs.
+func placeInGuests(pkgs []testPackage, skips []hostSkip) (placed, missing []hostSkip, err error) {
+	for _, s := range skips {
+		for _, p := range pkgs {
+			if p.path != s.Path {
+				continue
+			}
+			ok, err := runSelects(p.tests, s.Test)
+			if err != nil {
+				return nil, nil, fmt.Errorf("package %s: %w", p.path, err)
+			}
+			if ok {
+				s.Guest = p.name
+				break
+			}
 		}
-		ok, err := runSelects(p.tests, s.Test)
-		if err != nil {
-			return "", false, fmt.Errorf("package %s: %w", p.path, err)
-		}
-		if ok {
-			return p.name, true, nil
+		if s.Guest == "" {
+			missing = append(missing, s)
+		} else {
+			placed = append(placed, s)
 		}
 	}
-	return "", false, nil
+	return placed, missing, nil
 }
 
 // runSelects reports whether `go test -run pattern` runs the test called
@@ -186,35 +198,16 @@ func splitRun(pattern string) []string {
 	return append(levels, pattern[start:])
 }
 
-// unselected returns the host's skips that no guest package runs.
-func unselected(pkgs []testPackage, skips []hostSkip) ([]hostSkip, error) {
-	var out []hostSkip
-	for _, s := range skips {
-		_, ok, err := guestRuns(pkgs, s)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
-// unpassed lists, for each of the host's skips, the guests in which it did
-// not pass, as "TEST: not passed in the 6.1 guest (fail)".
-func unpassed(pkgs []testPackage, skips []hostSkip, results []kernelResult) []string {
+// unpassed lists, for each of the host's skips placed in a guest package
+// (placeInGuests), the guests in which it did not pass, as
+// "TEST: not passed in the 6.1 guest (fail)".
+func unpassed(placed []hostSkip, results []kernelResult) []string {
 	var out []string
-	for _, s := range skips {
-		name, ok, err := guestRuns(pkgs, s)
-		if err != nil || !ok {
-			out = append(out, fmt.Sprintf("%s: in no guest package", s))
-			continue
-		}
+	for _, s := range placed {
 		for _, r := range results {
 			status := "did not run"
 			for _, p := range r.Packages {
-				if p.Package != name {
+				if p.Package != s.Guest {
 					continue
 				}
 				for _, t := range p.Tests {

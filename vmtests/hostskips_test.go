@@ -136,12 +136,17 @@ func TestHostSkipsAgainstGuests(t *testing.T) {
 		{Path: "e2e", Test: "TestOnRampIncast", Feature: "sch_fq"},
 		{Path: "qdisc", Test: "TestFQNew", Feature: "sch_fq"},
 	}
-	missing, err := unselected(pkgs, skips)
+	placed, missing, err := placeInGuests(pkgs, skips)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := skips[2:]; !slices.Equal(missing, want) {
-		t.Errorf("unselected: got %v, want %v", missing, want)
+		t.Errorf("missing: got %v, want %v", missing, want)
+	}
+	wantPlaced := []hostSkip{skips[0], skips[1]}
+	wantPlaced[0].Guest, wantPlaced[1].Guest = "qdisc", "bench"
+	if !slices.Equal(placed, wantPlaced) {
+		t.Errorf("placed: got %v, want %v", placed, wantPlaced)
 	}
 
 	results := []kernelResult{
@@ -153,7 +158,7 @@ func TestHostSkipsAgainstGuests(t *testing.T) {
 			{Package: "qdisc", Tests: []testResult{{Name: "TestFQEDTDelay", Status: "fail"}}},
 		}},
 	}
-	got := unpassed(pkgs, skips[:2], results)
+	got := unpassed(placed, results)
 	want := []string{
 		"qdisc TestFQEDTDelay (this kernel lacks sch_fq): not passed in the 6.12 guest (fail)",
 		"bench TestProbeECN/dctcp (this kernel lacks the tcp_dctcp module): not passed in the 6.12 guest (did not run)",
@@ -161,7 +166,7 @@ func TestHostSkipsAgainstGuests(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("unpassed:\n got %q\nwant %q", got, want)
 	}
-	if got := unpassed(pkgs, skips[:1], results[:1]); len(got) != 0 {
+	if got := unpassed(placed, results[:1]); len(got) != 0 {
 		t.Errorf("unpassed with every guest passing: %q", got)
 	}
 }
