@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -83,6 +84,9 @@ func newHost(ctx context.Context, name string) (_ *Host, err error) {
 		sysctl{"net/ipv6/conf/default/accept_dad", "0"},
 	)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.steerFlowsToOneCPU(); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -322,4 +326,42 @@ func writeFile(path, value string) error {
 	}
 	_, err = f.WriteString(value)
 	return errors.Join(err, f.Close())
+}
+
+// rpsDefaultMask is the sysctl that gives the receive queues of every
+// device created later in a namespace their RPS CPU mask (Linux 6.2, and
+// kept per namespace since soon after: this host's 6.18 and the 6.12
+// guests have it, the 6.1 guests do not).
+const rpsDefaultMask = "net/core/rps_default_mask"
+
+// steerFlowsToOneCPU makes each device later created in the host's
+// namespace hand every received flow to one CPU, chosen by the flow's hash
+// (RPS over all CPUs). A veth puts a packet on the input backlog of the
+// CPU that sent it. Without RPS, two packets of one flow sent from
+// different CPUs (the application's, and a pacing or loss-probe timer
+// that fires on the other) can be processed in the opposite order, which
+// a NIC's receive queue never does, and TCP takes the reordering for loss
+// and retransmits (docs/measurements.md). On a kernel without the sysctl
+// it does nothing, and the testbed's veths reorder as they did before.
+func (h *Host) steerFlowsToOneCPU() error {
+	err := h.setSysctls(sysctl{rpsDefaultMask, cpuMask(runtime.NumCPU())})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// cpuMask is the cpumask of CPUs 0 to n-1 as /proc/sys and /sys print it:
+// comma-separated 32-bit hex words, the most significant first.
+func cpuMask(n int) string {
+	if n < 1 {
+		n = 1
+	}
+	words := make([]string, (n+31)/32)
+	for i := range words {
+		bits := min(n-32*i, 32)
+		w := uint64(1)<<bits - 1
+		words[len(words)-1-i] = fmt.Sprintf("%08x", w)
+	}
+	return strings.Join(words, ",")
 }

@@ -1,0 +1,1 @@
+.variants[] | "\(.name): reordering seen \([.runs[] | .tcp_ext | .TCPSACKReorder + .TCPTSReorder + .TCPRenoReorder] | join(", ")); recoveries \([.runs[] | .tcp_ext | .TCPSackRecovery + .TCPRenoRecovery] | join(", ")); undone \([.runs[] | .tcp_ext | .TCPFullUndo + .TCPPartialUndo + .TCPDSACKUndo + .TCPLossUndo] | join(", "))"
