@@ -17,6 +17,8 @@
  *                   a CC can take its RTT sample without the hold.
  *                   pure ACK with a 16-byte PAD: turn it into an ECHO of
  *                   the newest stamp received on the flow, if any.
+ *                   data or FIN with no PAD: the same departure time
+ *                   rule, so that it does not overtake the held segments.
  *   onramp_ingress  STAMP: OWD = rx - (tx - offset), offset the sender's
  *                   from the clock map; kept for the next ACK's ECHO.
  *                   ECHO: the sender's control (control() below, the
@@ -247,6 +249,30 @@ static __always_inline void mark_hold(struct __sk_buff *skb, __u64 own, __u64 de
 }
 
 /*
+ * The departure time of a segment of flow fl leaving now: the latest of
+ * its own, the flow's t_next and the last one given, so that it never
+ * goes backwards within a flow. Sets it when that is later than its own
+ * and than now, and marks the hold. Returns it.
+ */
+static __always_inline __u64 depart(struct __sk_buff *skb, struct onramp_flow *fl, __u64 now)
+{
+	__u64 own = 0, dep;
+
+	if (skb->tstamp_type == EDT_TSTAMP_MONO)
+		own = skb->tstamp;
+	dep = max_u64(max_u64(own, fl->t_next), fl->last_dep);
+	if (dep > own && dep > now) {
+		if (bpf_skb_set_tstamp(skb, dep, EDT_TSTAMP_MONO))
+			skb->tstamp = dep;
+		stat_add(&onramp_stats, ONRAMP_STAT_DELAYED, 1);
+		mark_hold(skb, own, dep);
+	}
+	if (dep > fl->last_dep)
+		fl->last_dep = dep;
+	return dep;
+}
+
+/*
  * A data segment leaving: its departure time and its STAMP. The departure
  * time never goes backwards within a flow: it is at least the last one
  * given, and only ever moved later than the segment's own.
@@ -256,7 +282,7 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 	struct onramp_flow_key k = {};
 	struct onramp_flow *fl, init = {};
 	struct onramp_opt opt;
-	__u64 now, tai, own = 0, dep;
+	__u64 now, tai, dep;
 
 	flow_key(f, true, &k);
 	now = bpf_ktime_get_ns();
@@ -272,17 +298,7 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 		}
 	}
 	tai = bpf_ktime_get_tai_ns();
-	if (skb->tstamp_type == EDT_TSTAMP_MONO)
-		own = skb->tstamp;
-	dep = max_u64(max_u64(own, fl->t_next), fl->last_dep);
-	if (dep > own && dep > now) {
-		if (bpf_skb_set_tstamp(skb, dep, EDT_TSTAMP_MONO))
-			skb->tstamp = dep;
-		stat_add(&onramp_stats, ONRAMP_STAT_DELAYED, 1);
-		mark_hold(skb, own, dep);
-	}
-	if (dep > fl->last_dep)
-		fl->last_dep = dep;
+	dep = depart(skb, fl, now);
 
 	/* The departure on CLOCK_TAI: now's TAI reading plus the wait. */
 	opt.kind = TCP_OPT_EXP;
@@ -324,22 +340,56 @@ static __always_inline void echo(struct __sk_buff *skb, const struct tcp_pkt *p,
 	}
 }
 
+/*
+ * A segment with no room for a STAMP that still carries the flow's data or
+ * its FIN: sockops leaves FINs without room (and finds none when the
+ * options are full). It leaves no earlier than the flow's held segments:
+ * fq sends a flow's packets in order of departure time, and one let
+ * through at its own time would overtake them. The receiver would then
+ * see a hole, and the sender, told of it, would take the held segments
+ * for lost. A flow this interface never stamped is left alone.
+ */
+static __always_inline void keep_place(struct __sk_buff *skb, const struct tcp_flow *f)
+{
+	struct onramp_flow_key k = {};
+	struct onramp_flow *fl;
+
+	flow_key(f, true, &k);
+	fl = bpf_map_lookup_elem(&onramp_flows, &k);
+	if (fl)
+		depart(skb, fl, bpf_ktime_get_ns());
+}
+
+/* Whether the segment at p carries a FIN. */
+static __always_inline bool tcp_fin(const struct __sk_buff *skb, const struct tcp_pkt *p)
+{
+	__u8 flags;
+
+	if (bpf_skb_load_bytes(skb, p->l4 + 13, &flags, 1))
+		return false;
+	return flags & 0x01;
+}
+
 SEC("tc")
 int onramp_egress(struct __sk_buff *skb)
 {
 	struct tcp_flow f = {};
 	struct tcp_pkt p;
 	__u32 off, len, data;
-	__s64 found;
+	__s64 found = -1;
 
-	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
+	if (!tcp_parse(skb, &p, &f))
 		return TC_ACT_OK;
-	found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
-	if (found < 0 || tcp_exp_id(found) != ONRAMP_EXID_PAD)
+	data = payload(skb, &p);
+	if (p.doff > 20)
+		found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+	if (found < 0 || tcp_exp_id(found) != ONRAMP_EXID_PAD) {
+		if (data > 0 || tcp_fin(skb, &p))
+			keep_place(skb, &f);
 		return TC_ACT_OK;
+	}
 	off = tcp_exp_off(found);
 	len = tcp_exp_len(found);
-	data = payload(skb, &p);
 	if (data > 0 && len == ONRAMP_STAMP_LEN)
 		stamp(skb, &p, &f, off);
 	else if (data == 0 && len == ONRAMP_ECHO_LEN)

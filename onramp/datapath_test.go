@@ -164,10 +164,16 @@ var conns = []conn{
 	{"IPv6", netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00:1::2"), 40001, 5201},
 }
 
-// segment builds a frame from a to b with TCP timestamps and one option.
+// segment builds an ACK-flagged frame from a to b with TCP timestamps and
+// one option.
 func segment(a, b netip.Addr, sport, dport uint16, opt []byte, payload int) []byte {
+	return segmentFlags(a, b, sport, dport, 0x10, opt, payload)
+}
+
+// segmentFlags is segment with the given TCP flags.
+func segmentFlags(a, b netip.Addr, sport, dport uint16, flags uint8, opt []byte, payload int) []byte {
 	opts := append([]byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}, opt...)
-	s := testutil.TCPSegment{Sport: sport, Dport: dport, Seq: 1000, Ack: 2000, Flags: 0x10, Window: 512,
+	s := testutil.TCPSegment{Sport: sport, Dport: dport, Seq: 1000, Ack: 2000, Flags: flags, Window: 512,
 		Options: opts, Payload: payload}
 	if a.Is4() {
 		s.Src, s.Dst = a.As4(), b.As4()
@@ -182,6 +188,11 @@ func (c conn) data(opt []byte) []byte {
 	return segment(c.sender, c.receiver, c.sport, c.rpt, opt, 1000)
 }
 func (c conn) ack(opt []byte) []byte { return segment(c.receiver, c.sender, c.rpt, c.sport, opt, 0) }
+
+// segment is a segment of c from the sender with the given flags.
+func (c conn) segment(flags uint8, opt []byte, payload int) []byte {
+	return segmentFlags(c.sender, c.receiver, c.sport, c.rpt, flags, opt, payload)
+}
 
 // key is c's flow as a host of it sees it.
 func (c conn) key(atSender bool) onrampOnrampFlowKey {
@@ -553,6 +564,30 @@ func testDepartureNeverGoesBackwards(t *testing.T, rg *rig) {
 			}
 			if r.stat("delayed") != 2 {
 				t.Errorf("delayed = %d, want 2", r.stat("delayed"))
+			}
+
+			// Segments sockops left no room on (its FINs, or data when the
+			// options are full) leave no earlier than the held ones, or fq
+			// would send them first.
+			for _, u := range []struct {
+				name    string
+				flags   uint8
+				payload int
+			}{
+				{"FIN with data", 0x11, 1000},
+				{"FIN alone", 0x11, 0},
+				{"data with no room", 0x10, 1000},
+			} {
+				_, dep := r.run(r.objs.OnrampEgress, c.segment(u.flags, nil, u.payload))
+				if dep < first {
+					t.Errorf("%s left at %d, before the held segments (%d)", u.name, dep, first)
+				}
+			}
+			// A flow this interface never stamped keeps its own time.
+			other := c
+			other.sport += 100
+			if _, dep := r.run(r.objs.OnrampEgress, other.segment(0x11, nil, 1000)); dep != 0 {
+				t.Errorf("an unknown flow's FIN got departure %d, want its own (0)", dep)
 			}
 		})
 	}
