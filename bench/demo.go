@@ -70,7 +70,7 @@ func Demo(ctx context.Context, l *loader.Loader, cfg DemoConfig, progress io.Wri
 	ccs := cfg.CCs
 
 	say("building sender -> router -> receiver: %s bottleneck, %d KiB buffer", units.FormatBandwidth(rate), buffer>>10)
-	d, err := testbed.NewDumbbell(ctx, testbed.DumbbellConfig{Senders: 1, BottleneckRate: rate, BufferBytes: buffer})
+	d, err := testbed.NewDumbbell(ctx, testbed.DumbbellConfig{Senders: 1, BottleneckRate: rate, BufferBytes: buffer, SteerFlows: true})
 	if err != nil {
 		return nil, fmt.Errorf("build the demo topology: %w", err)
 	}

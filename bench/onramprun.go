@@ -135,7 +135,8 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 		hopK, aqmK = 0, stats.LineTime(float64(cfg.ECNThresholdBytes), float64(cfg.RateBps))
 	}
 	r.topo, err = testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
-		Senders: senders, BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix, ECNThreshold: aqmK})
+		Senders: senders, BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix, ECNThreshold: aqmK,
+		SteerFlows: true})
 	if err != nil {
 		return nil, fmt.Errorf("build the onramp topology: %w", err)
 	}

@@ -122,7 +122,7 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 	}
 	r.topo, err = testbed.NewDumbbell(ctx, testbed.DumbbellConfig{
 		Senders: cfg.senderCount(), BottleneckRate: cfg.RateBps, BufferBytes: cfg.BufferBytes, Prefix: cfg.Prefix,
-		ECNThreshold: aqmK})
+		ECNThreshold: aqmK, SteerFlows: true})
 	if err != nil {
 		return nil, fmt.Errorf("build the bench topology: %w", err)
 	}

@@ -61,6 +61,16 @@ type DumbbellConfig struct {
 	// SenderEgress, when set, attaches an egress shim to every sender's
 	// uplink interface once the dumbbell is built; see EgressFunc.
 	SenderEgress EgressFunc
+	// SteerFlows makes every veth end hand each received flow to one CPU,
+	// chosen by the flow's hash (RPS over all CPUs, through the
+	// namespaces' net.core.rps_default_mask), as a NIC's receive queue
+	// keeps a flow in order. Without it a veth can reorder a flow whose
+	// packets are sent from both CPUs, and TCP takes that for loss. It
+	// costs a wake-up of the other CPU per packet on idle CPUs, which adds
+	// delay and jitter: the benchmarks' traffic scenarios set it, the clock
+	// agents' measurements don't. On a kernel without the sysctl (before
+	// 6.2) it does nothing.
+	SteerFlows bool
 }
 
 func (c DumbbellConfig) withDefaults() DumbbellConfig {
@@ -142,6 +152,7 @@ func NewDumbbell(ctx context.Context, cfg DumbbellConfig) (_ *Dumbbell, err erro
 	}
 
 	d := &Dumbbell{Config: cfg}
+	d.topo.steer = cfg.SteerFlows
 	built := false
 	defer func() {
 		if !built {

@@ -44,8 +44,9 @@ type Host struct {
 }
 
 // newHost creates the named network namespace name, brings up lo and applies
-// the sysctls every host needs. On error nothing is left behind.
-func newHost(ctx context.Context, name string) (_ *Host, err error) {
+// the sysctls every host needs, and with steer those that steer each flow
+// to one CPU (steerFlowsToOneCPU). On error nothing is left behind.
+func newHost(ctx context.Context, name string, steer bool) (_ *Host, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create netns %s: %w", name, err)
 	}
@@ -86,8 +87,10 @@ func newHost(ctx context.Context, name string) (_ *Host, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := h.steerFlowsToOneCPU(); err != nil {
-		return nil, err
+	if steer {
+		if err := h.steerFlowsToOneCPU(); err != nil {
+			return nil, err
+		}
 	}
 	return h, nil
 }
@@ -336,7 +339,7 @@ const rpsDefaultMask = "net/core/rps_default_mask"
 
 // steerFlowsToOneCPU makes each device later created in the host's
 // namespace hand every received flow to one CPU, chosen by the flow's hash
-// (RPS over all CPUs). A veth puts a packet on the input backlog of the
+// (RPS over all CPUs; DumbbellConfig.SteerFlows). A veth puts a packet on the input backlog of the
 // CPU that sent it. Without RPS, two packets of one flow sent from
 // different CPUs (the application's, and a pacing or loss-probe timer
 // that fires on the other) can be processed in the opposite order, which

@@ -34,27 +34,48 @@ func TestCPUMask(t *testing.T) {
 	}
 }
 
-// TestVethSteersFlowsToOneCPU checks that both ends of a testbed veth
-// steer received flows by RPS over every CPU, read from the device's own
-// rx-0/rps_cpus.
-func TestVethSteersFlowsToOneCPU(t *testing.T) {
+// TestDumbbellSteerFlows checks the RPS mask of a dumbbell's veth ends,
+// read from each device's own rx-0/rps_cpus: every CPU with SteerFlows,
+// none (the kernel's default) without.
+func TestDumbbellSteerFlows(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/proc/sys", rpsDefaultMask)); errors.Is(err, os.ErrNotExist) {
 		testutil.SkipKernelLacks(t, "net.core.rps_default_mask (Linux 6.2), with which the testbed's veths steer each flow to one CPU")
 	}
-	p := newTestPair(t)
-	want := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(runtime.NumCPU())), big.NewInt(1))
-	for _, h := range []*Host{p.A, p.B} {
-		iface, err := h.Interface()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := rpsCPUs(t, h, iface)
-		if err != nil {
-			t.Fatalf("read the RPS mask of %s in %s: %v", iface, h.Name, err)
-		}
-		if got.Cmp(want) != 0 {
-			t.Errorf("%s in %s: rps_cpus = %x, want %x (every CPU)", iface, h.Name, got, want)
-		}
+	all := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(runtime.NumCPU())), big.NewInt(1))
+	for _, tt := range []struct {
+		name  string
+		steer bool
+		want  *big.Int
+	}{
+		{"SteerFlows", true, all},
+		{"default", false, new(big.Int)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newTestDumbbell(t, DumbbellConfig{Senders: 1, SteerFlows: tt.steer})
+			for _, end := range []struct {
+				h     *Host
+				iface string
+			}{
+				{d.Senders[0], d.SenderIfaces[0]},
+				{d.Router, d.BottleneckIface},
+				{d.Receiver, ""},
+			} {
+				iface := end.iface
+				if iface == "" {
+					var err error
+					if iface, err = end.h.Interface(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := rpsCPUs(t, end.h, iface)
+				if err != nil {
+					t.Fatalf("read the RPS mask of %s in %s: %v", iface, end.h.Name, err)
+				}
+				if got.Cmp(tt.want) != 0 {
+					t.Errorf("%s in %s: rps_cpus = %x, want %x", iface, end.h.Name, got, tt.want)
+				}
+			}
+		})
 	}
 }
 

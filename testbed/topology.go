@@ -17,6 +17,9 @@ import (
 // it can be torn down after a partial construction failure (or a panic
 // during construction) as well as by Close.
 type topology struct {
+	// steer makes each host steer every flow to one CPU
+	// (DumbbellConfig.SteerFlows); set before the first host is added.
+	steer   bool
 	mu      sync.Mutex
 	closed  bool
 	hosts   []*Host
@@ -40,7 +43,7 @@ type ownedLink struct {
 
 // addHost creates a host and records it for teardown.
 func (t *topology) addHost(ctx context.Context, name string) (*Host, error) {
-	h, err := newHost(ctx, name)
+	h, err := newHost(ctx, name, t.steer)
 	if err != nil {
 		return nil, err
 	}
