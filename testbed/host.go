@@ -339,13 +339,14 @@ const rpsDefaultMask = "net/core/rps_default_mask"
 
 // steerFlowsToOneCPU makes each device later created in the host's
 // namespace hand every received flow to one CPU, chosen by the flow's hash
-// (RPS over all CPUs; DumbbellConfig.SteerFlows). A veth puts a packet on the input backlog of the
-// CPU that sent it. Without RPS, two packets of one flow sent from
-// different CPUs (the application's, and a pacing or loss-probe timer
-// that fires on the other) can be processed in the opposite order, which
-// a NIC's receive queue never does, and TCP takes the reordering for loss
-// and retransmits (docs/measurements.md). On a kernel without the sysctl
-// it does nothing, and the testbed's veths reorder as they did before.
+// (RPS over all CPUs; DumbbellConfig.SteerFlows). A veth puts a packet on
+// the input backlog of the CPU that sent it. Without RPS, two packets of
+// one flow sent from different CPUs (the application's, and a pacing or
+// loss-probe timer that fires on the other) can be processed in the
+// opposite order, which a NIC's receive queue never does, and TCP takes
+// the reordering for loss and retransmits (docs/design.md, "Platform
+// facts"). On a kernel without the sysctl it does nothing, and the veths
+// reorder as before.
 func (h *Host) steerFlowsToOneCPU() error {
 	err := h.setSysctls(sysctl{rpsDefaultMask, cpuMask(runtime.NumCPU())})
 	if errors.Is(err, os.ErrNotExist) {
