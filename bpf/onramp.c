@@ -360,16 +360,6 @@ static __always_inline void keep_place(struct __sk_buff *skb, const struct tcp_f
 		depart(skb, fl, bpf_ktime_get_ns());
 }
 
-/* Whether the segment at p carries a FIN. */
-static __always_inline bool tcp_fin(const struct __sk_buff *skb, const struct tcp_pkt *p)
-{
-	__u8 flags;
-
-	if (bpf_skb_load_bytes(skb, p->l4 + 13, &flags, 1))
-		return false;
-	return flags & 0x01;
-}
-
 SEC("tc")
 int onramp_egress(struct __sk_buff *skb)
 {
@@ -384,7 +374,7 @@ int onramp_egress(struct __sk_buff *skb)
 	if (p.doff > 20)
 		found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
 	if (found < 0 || tcp_exp_id(found) != ONRAMP_EXID_PAD) {
-		if (data > 0 || tcp_fin(skb, &p))
+		if (data > 0 || (p.flags & TCP_PKT_FIN))
 			keep_place(skb, &f);
 		return TC_ACT_OK;
 	}

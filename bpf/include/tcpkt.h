@@ -31,11 +31,14 @@
 #define TCP_OPTIONS_MAX 40
 #endif
 
-/* Where a TCP segment's headers are. */
+/* Where a TCP segment's headers are, and its flags. */
 struct tcp_pkt {
 	__u32 l3, l4, doff;	/* offsets of IP and TCP; TCP header length */
 	bool v6;
+	__u8 flags;		/* the TCP header's flags byte (FIN 0x01) */
 };
+
+#define TCP_PKT_FIN 0x01
 
 /*
  * A segment's addresses and ports as it travels: IPv4 in src[0] and dst[0]
@@ -116,6 +119,7 @@ static __noinline __u32 tcp_parse_linear(struct __sk_buff *skb, struct tcp_pkt *
 	if (doff < 20)
 		return 1;
 	p->doff = doff;
+	p->flags = l4[13];
 	if (l4 + doff > (__u8 *)end)
 		return p->l4 + doff;
 	return 0;
