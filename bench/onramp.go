@@ -35,10 +35,14 @@ import (
 // Traffic, per run:
 //   - requests arrive as a Poisson process at IncastLoad of the
 //     bottleneck, after the first tenth of the run; each asks all Fanout
-//     servers at once for ResponseBytes, one TCP flow per response, from
-//     server to client, started at the request's arrival. Its request
-//     completion time (RCT) runs from the arrival to the kernel's
-//     timestamp of the ACK of the last response's last byte;
+//     servers at once for ResponseBytes, from server to client. Each
+//     server sends its responses on one TCP connection that it keeps
+//     open for the run, starting each at its request's arrival, or once
+//     the one before it is acknowledged if that is later
+//     (NewConnPerResponse: a connection per response, opened at the
+//     arrival). Its request completion time (RCT) runs from the arrival
+//     to the kernel's timestamp of the ACK of the last response's last
+//     byte;
 //   - web-search flows (workload.WebSearch, capped at 1 MB with Quick)
 //     from the background senders to the client, Poisson at Load;
 //   - one long flow from the first background sender for the whole run,
@@ -157,6 +161,13 @@ type OnRampConfig struct {
 	// long flow).
 	Load              float64
 	BackgroundSenders int
+	// NewConnPerResponse sends each response on a connection of its own,
+	// opened at the request's arrival, as the bench did before. By
+	// default each server keeps one connection to the client open for
+	// the run and answers its requests on it in order: no handshake and
+	// no connection setup per response, for the network or for the
+	// process that starts the flows.
+	NewConnPerResponse bool
 	// NoLongFlow leaves out the long flow that the first background
 	// sender otherwise sends for the whole run, as in the On-Ramp paper's
 	// basic scenario, whose only long flows are web-search's largest.
@@ -354,6 +365,15 @@ func (c OnRampConfig) longFlows() int {
 		return 0
 	}
 	return 1
+}
+
+// responseConns names how the servers send their responses, for the
+// results: "new" or "persistent".
+func (c OnRampConfig) responseConns() string {
+	if c.NewConnPerResponse {
+		return "new"
+	}
+	return "persistent"
 }
 
 // maxSenderRateBps is the largest flow cap fq takes: its maxrate is a

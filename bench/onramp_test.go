@@ -478,10 +478,12 @@ func TestMergePrograms(t *testing.T) {
 // TestOnRampScenarioQuick runs `ccload bench --scenario onramp --quick`
 // with cubic and bpf_dctcp (a kernel CC, and one of ccload's that needs
 // ECN: each CC costs two enables of On-Ramp, over a minute in a TCG
-// guest) and checks that its results are well formed, not
+// guest), the servers answering on persistent connections, and again
+// with cubic alone and a connection per response (--response-conns new).
+// It checks that the results are well formed, not
 // how well On-Ramp does: every variant ran once; every request, response,
 // background flow and the long flow completed, and the client received
-// every byte intact; no figure is NaN or infinite (results.json would not
+// every byte intact, on one connection per server or one per response; no figure is NaN or infinite (results.json would not
 // encode) and the file validates against its schema; the runs with
 // On-Ramp have its counters, with echoes and a clock offset for every
 // stamp and echo, and the costs of its three programs and their share of
@@ -491,6 +493,19 @@ func TestMergePrograms(t *testing.T) {
 // vmtests guests).
 func TestOnRampScenarioQuick(t *testing.T) {
 	testutil.RequireRoot(t)
+	for _, tc := range []struct {
+		name     string
+		ccs      []string
+		newConns bool
+	}{
+		{"persistent connections", []string{"cubic", "bpf_dctcp"}, false},
+		{"a connection per response", []string{"cubic"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testOnRampScenarioQuick(t, tc.ccs, tc.newConns) })
+	}
+}
+
+func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns bool) {
 	host := testutil.Host(t)
 	n := sockops.New(host)
 	l := loader.New(host, loader.WithSharedMaps(n.Store()))
@@ -501,8 +516,7 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	ccs := []string{"cubic", "bpf_dctcp"}
-	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq", BPFCosts: true}, &progress)
+	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq", BPFCosts: true, NewConnPerResponse: newConns}, &progress)
 	t.Logf("progress:\n%s", progress.String())
 	if left, _ := filepath.Glob("/var/run/netns/cbq*"); len(left) > 0 {
 		t.Errorf("network namespaces left behind: %v", left)
@@ -538,8 +552,12 @@ func TestOnRampScenarioQuick(t *testing.T) {
 			t.Errorf("%s: %d responses (%d failed) for %d requests", v.Name, r.Responses, r.ResponsesFailed, r.Requests)
 		case r.BackgroundFailed > 0 || r.LongFlowFailed || !(r.LongFlowBps > 0):
 			t.Errorf("%s: %d of %d background flows failed; long flow failed %v at %.0f bit/s", v.Name, r.BackgroundFailed, r.BackgroundFlows, r.LongFlowFailed, r.LongFlowBps)
-		case r.SinkBad > 0 || r.SinkResults != r.Responses+r.BackgroundFlows+1:
-			t.Errorf("%s: the client has %d results (%d bad) for %d flows", v.Name, r.SinkResults, r.SinkBad, r.Responses+r.BackgroundFlows+1)
+		case newConns && (r.ResponseConns != 0 || res.Workload.ResponseConns != "new"):
+			t.Errorf("%s: %d persistent connections (%q), want none with a connection per response", v.Name, r.ResponseConns, res.Workload.ResponseConns)
+		case !newConns && (r.ResponseConns != res.Workload.Fanout || r.ResponseConnsFailed > 0 || res.Workload.ResponseConns != "persistent"):
+			t.Errorf("%s: %d persistent connections (%d failed, %q), want one per server, %d", v.Name, r.ResponseConns, r.ResponseConnsFailed, res.Workload.ResponseConns, res.Workload.Fanout)
+		case r.SinkBad > 0 || r.SinkResults != responseConns(r)+r.BackgroundFlows+1:
+			t.Errorf("%s: the client has %d results (%d bad) for %d flows", v.Name, r.SinkResults, r.SinkBad, responseConns(r)+r.BackgroundFlows+1)
 		}
 		if v.RCT.Count != r.RequestsCompleted || !(v.RCT.P50Us > 0) || v.RCT.P99Us < v.RCT.P50Us {
 			t.Errorf("%s: RCT %+v", v.Name, v.RCT)
@@ -615,6 +633,14 @@ func TestOnRampScenarioQuick(t *testing.T) {
 	if matches, _ := filepath.Glob(filepath.Join(kernel.DefaultHost().BPFFS, "ccload-bench-onramp-*")); len(matches) > 0 {
 		t.Errorf("On-Ramp's bench pins left behind: %v", matches)
 	}
+}
+
+// responseConns is how many connections carried a run's responses.
+func responseConns(r OnRampRun) int {
+	if r.ResponseConns > 0 {
+		return r.ResponseConns
+	}
+	return r.Responses
 }
 
 func TestParseBacklogDrops(t *testing.T) {

@@ -39,8 +39,8 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	fmt.Fprintf(w, "onramp: %s bottleneck, %d KiB buffer, %s, base RTT %.0fus, queue sampled every %v; fq (%s) and GSO %d KiB on all %d senders; kernel %s\n",
 		formatRate(float64(t.RateBps)), t.BufferBytes>>10, marking, t.BaseRTTMicros, time.Duration(wl.SampleMicros*float64(time.Microsecond)),
 		senderRateText(t.SenderRateBps), t.GSOBytes>>10, t.Servers+t.BackgroundSenders, res.Machine.Kernel)
-	fmt.Fprintf(w, "  requests: %d x %d KiB responses, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; %s; %v per run, %s\n",
-		wl.Fanout, wl.ResponseBytes>>10, wl.RequestRate, wl.IncastLoad, wl.RequestsFromSeconds, wl.BackgroundLoad, bgCap,
+	fmt.Fprintf(w, "  requests: %d x %d KiB responses %s, Poisson at %.2f/s (incast load %.2f) from %.1fs; web-search at load %.2f%s from %d senders; %s; %v per run, %s\n",
+		wl.Fanout, wl.ResponseBytes>>10, responseConnsText(wl.ResponseConns), wl.RequestRate, wl.IncastLoad, wl.RequestsFromSeconds, wl.BackgroundLoad, bgCap,
 		t.BackgroundSenders, longFlowsText(wl.LongFlows), time.Duration(wl.DurationSeconds*float64(time.Second)), repeats)
 	holds := ""
 	if o.CCHolds {
@@ -74,7 +74,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		}
 		failed := 0
 		for _, run := range v.Runs {
-			failed += run.ResponsesFailed + run.BackgroundFailed + run.SinkBad
+			failed += run.ResponsesFailed + run.BackgroundFailed + run.SinkBad + run.ResponseConnsFailed
 			if run.LongFlowFailed {
 				failed++
 			}
@@ -98,7 +98,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w, "RCT: from a request's arrival to the kernel's timestamp of the ACK of its last response byte, over every run's requests pooled;")
-	fmt.Fprintln(w, "net: each request's slowest response alone, from its own connect (the RCT without the start lag: how late the emulation started the last response).")
+	fmt.Fprintln(w, "net: each request's slowest response alone, from its own start (its first write, or its connect with a connection per response): the RCT without the start lag, how late the last response started.")
 	fmt.Fprintln(w, "bg FCT: the web-search flows', pooled, nearest-rank p99 (with n flows); other figures: median over the runs (min-max).")
 	if costs {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run; On-Ramp BPF: the share of them On-Ramp's programs ran (the kernel's BPF statistics, on for every program in every run: each run also reads the clock twice).")
@@ -437,6 +437,15 @@ func mbits(bps float64, longFlows int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", bps/1e6)
+}
+
+// responseConnsText says how the servers sent their responses, for the
+// table's header.
+func responseConnsText(conns string) string {
+	if conns == "persistent" {
+		return "on one persistent connection per server"
+	}
+	return "on a connection each"
 }
 
 // longFlowsText names the run's long flows for the table's header.

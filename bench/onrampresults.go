@@ -91,6 +91,11 @@ type OnRampWorkload struct {
 	LongFlows    int     `json:"long_flows"`
 	SampleMicros float64 `json:"queue_sample_interval_us"`
 	Seed         uint64  `json:"seed"`
+	// ResponseConns is how the servers send their responses: "persistent",
+	// each on one connection kept open for the run, or "new", each on a
+	// connection of its own (OnRampConfig.NewConnPerResponse). Results
+	// written before the field existed lack it, and meant "new".
+	ResponseConns string `json:"response_conns,omitempty"`
 }
 
 // OnRampSettings are On-Ramp's parameters in the runs with it.
@@ -135,9 +140,10 @@ type OnRampVariant struct {
 	// ACK of the last byte of its last response.
 	RCT RCTSummary `json:"rct"`
 	// NetRCT is, over the same requests, the completion time of each
-	// one's slowest response, from its own connect: the RCT without the
-	// time the emulation took to start the responses (StartLagP99Us),
-	// which grows with the CPU's load, as if all had started on time.
+	// one's slowest response, from its own start (its first write on a
+	// persistent connection, its connect on a connection of its own): the
+	// RCT without the time it took to start the responses
+	// (StartLagP99Us), as if all had started on time.
 	NetRCT RCTSummary `json:"net_rct"`
 	// RCTTail is what the slowest requests had in common; absent without
 	// a supported percentile.
@@ -204,7 +210,8 @@ type OnRampRun struct {
 	NetRCTP99Us float64 `json:"net_rct_p99_us"`
 	// StartLagP99Us is the 99th percentile over the requests of how late
 	// their last response started after the request's arrival: the
-	// emulation's scheduling delay, which RCT includes.
+	// emulation's scheduling delay, and on a persistent connection the
+	// wait for the server's response before it, which RCT includes.
 	StartLagP99Us float64 `json:"start_lag_p99_us"`
 	// Responses, BackgroundFlows: flows started; ResponsesFailed,
 	// BackgroundFailed: those the sender saw fail.
@@ -212,6 +219,13 @@ type OnRampRun struct {
 	ResponsesFailed  int `json:"responses_failed"`
 	BackgroundFlows  int `json:"background_flows"`
 	BackgroundFailed int `json:"background_failed"`
+	// ResponseConns is how many persistent connections the servers
+	// opened, or tried to, for their responses
+	// (OnRampWorkload.ResponseConns), and ResponseConnsFailed how many of
+	// them failed to open or to close cleanly; both 0 with a connection
+	// per response.
+	ResponseConns       int `json:"response_conns,omitempty"`
+	ResponseConnsFailed int `json:"response_conns_failed,omitempty"`
 	// LongFlowBps is the long flow's throughput after the first tenth of
 	// the run, from its TCP_INFO bytes acked; LongFlowFailed says the
 	// flow failed (then it is 0).

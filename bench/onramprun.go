@@ -331,7 +331,7 @@ func (r *onrampRunner) header() OnRampResults {
 		Workload: OnRampWorkload{DurationSeconds: c.Duration.Seconds(), Quick: c.Quick, Fanout: c.Fanout,
 			ResponseBytes: c.ResponseBytes, IncastLoad: c.IncastLoad, RequestRate: c.requestRate(),
 			RequestsFromSeconds: (c.Duration / 10).Seconds(), MaxRequests: c.maxRequests(),
-			BackgroundLoad: c.Load, BackgroundMaxBytes: bgMax, LongFlows: c.longFlows(),
+			BackgroundLoad: c.Load, BackgroundMaxBytes: bgMax, LongFlows: c.longFlows(), ResponseConns: c.responseConns(),
 			SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed},
 		OnRamp: OnRampSettings{ThresholdNs: uint64(c.Threshold), MaxPauseNs: uint64(c.MaxPause), Gain: c.Gain,
 			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts,
@@ -564,6 +564,10 @@ type orFlow struct {
 	bytes   int64
 	res     testbed.FlowResult
 	err     error
+	// rto and retrans say a response on a persistent connection took a
+	// retransmission timeout, or retransmitted, while it was in flight;
+	// a response on a connection of its own has them in res.Info.
+	rto, retrans bool
 }
 
 type orFlowKind int
@@ -572,7 +576,16 @@ const (
 	orResponse orFlowKind = iota
 	orBackground
 	orLong
+	// orResponseConn is a server's persistent connection, once closed:
+	// its counters cover every response it carried.
+	orResponseConn
 )
+
+// responseConnIdle is how long a server's persistent connection may sit
+// idle before the server opens a new one for its next response, as
+// servers close idle keep-alive connections: the client's sink fails a
+// connection that delivers nothing for 30 s.
+const responseConnIdle = 10 * time.Second
 
 // orFlowSet collects a run's flows from their goroutines.
 type orFlowSet struct {
@@ -600,6 +613,90 @@ func (s *orFlowSet) start(ctx context.Context, t0 time.Time, at time.Duration, h
 		f.begin = time.Since(t0)
 		f.res, f.err = testbed.SendFlow(ctx, h, dst, cfg)
 		s.add(f)
+	}()
+}
+
+// serve answers every request of reqs (their arrival times from t0) with
+// bytes from h to dst on one persistent connection, in the background:
+// each response starts at its request's arrival, or once the response
+// before it is acknowledged, whichever is later, as a server that
+// answers its connection's requests in order. A response that fails
+// ends its connection; the next one opens a new connection, as does one
+// that follows a gap of more than responseConnIdle.
+//
+// Every connection ends by deadline. The n-th connection's pattern seed
+// is seed+n.
+func (s *orFlowSet) serve(ctx context.Context, t0, deadline time.Time, h *testbed.Host, dst netip.AddrPort, cc string, seed uint64, reqs []time.Duration, bytes int64) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		var (
+			conn    *testbed.Stream
+			lastEnd time.Time
+			opened  uint64
+		)
+		closeConn := func() {
+			if conn == nil {
+				return
+			}
+			res, err := conn.Close(ctx)
+			s.add(orFlow{kind: orResponseConn, res: res, err: err, bytes: res.Bytes})
+			conn = nil
+		}
+		defer closeConn()
+		open := func() error {
+			var err error
+			conn, err = testbed.OpenStream(ctx, h, dst, cc, seed+opened)
+			opened++
+			if err != nil {
+				s.add(orFlow{kind: orResponseConn, err: err})
+			}
+			lastEnd = time.Now()
+			return err
+		}
+		if open() != nil {
+			conn = nil
+		}
+		for k, at := range reqs {
+			f := orFlow{kind: orResponse, request: k, bytes: bytes}
+			if d := time.Until(t0.Add(at)); d > 0 {
+				select {
+				case <-ctx.Done():
+					f.begin, f.err = at, ctx.Err()
+					s.add(f)
+					continue
+				case <-time.After(d):
+				}
+			}
+			if ctx.Err() != nil {
+				f.begin, f.err = time.Since(t0), ctx.Err()
+				s.add(f)
+				continue
+			}
+			if conn != nil && time.Since(lastEnd) > responseConnIdle {
+				closeConn()
+			}
+			if conn == nil && open() != nil {
+				conn = nil
+				f.begin, f.err = time.Since(t0), fmt.Errorf("response %d: no connection to %s", k, dst)
+				s.add(f)
+				continue
+			}
+			m, err := conn.Send(ctx, bytes)
+			f.begin, f.err = time.Since(t0), err
+			if !m.Start.IsZero() {
+				f.begin = m.Start.Sub(t0)
+			}
+			f.res = testbed.FlowResult{Bytes: bytes, AckedIn: m.AckedIn, Duration: m.AckedIn}
+			f.rto, f.retrans = m.RTOs > 0, m.Retrans > 0
+			s.add(f)
+			lastEnd = time.Now()
+			if err != nil {
+				closeConn()
+			}
+		}
 	}()
 }
 
@@ -667,12 +764,21 @@ func (r *onrampRunner) plan(ctx context.Context, cc string, runSeed uint64, t0 t
 			CC: cc, Bytes: a.Bytes, Seed: seed(), Timeout: timeout})
 	}
 	reqs := c.requestArrivals(runSeed)
-	for k, at := range reqs {
-		for _, s := range r.servers {
-			set.start(ctx, t0, at, s, dst, orFlow{kind: orResponse, request: k}, testbed.FlowConfig{
-				CC: cc, Bytes: c.ResponseBytes, Seed: seed(), Timeout: timeout})
+	if c.NewConnPerResponse {
+		for k, at := range reqs {
+			for _, s := range r.servers {
+				set.start(ctx, t0, at, s, dst, orFlow{kind: orResponse, request: k}, testbed.FlowConfig{
+					CC: cc, Bytes: c.ResponseBytes, Seed: seed(), Timeout: timeout})
+			}
 		}
+		return reqs, n, nil
 	}
+	// n counts each server's connection (its seed) and, below, every
+	// response on it.
+	for _, s := range r.servers {
+		set.serve(ctx, t0, t0.Add(timeout), s, dst, cc, seed(), reqs, c.ResponseBytes)
+	}
+	n += len(reqs) * len(r.servers)
 	return reqs, n, nil
 }
 
@@ -775,6 +881,15 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			res.RTOs += uint64(f.res.Info.Total_rto)
 			res.DSACKDups += uint64(f.res.Info.Dsack_dups)
 		}
+		if f.kind == orResponseConn {
+			// Its responses are counted on their own; the connection
+			// adds only its counters, above.
+			res.ResponseConns++
+			if f.err != nil {
+				res.ResponseConnsFailed++
+			}
+			continue
+		}
 		fct := f.res.AckedIn
 		if f.err == nil && f.kind != orLong && fct <= 0 {
 			fct = f.res.Duration
@@ -811,6 +926,7 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			q.done++
 			q.last = max(q.last, f.begin+fct)
 			q.slowest = max(q.slowest, fct)
+			q.rto, q.retrans = q.rto || f.rto, q.retrans || f.retrans
 			if i := f.res.Info; i != nil {
 				q.rto = q.rto || i.Total_rto > 0
 				q.retrans = q.retrans || i.Total_retrans > 0

@@ -32,6 +32,7 @@ func newBenchCmd(a *app) *cobra.Command {
 		gso           string
 		senderRate    string
 		longFlow      bool
+		responseConns string
 	)
 	c := &cobra.Command{
 		Use:   "bench --scenario NAME [--cc LIST] [--out DIR]",
@@ -82,7 +83,9 @@ Scenarios:
              unicast, free running) in the same run, and the drift error
   onramp     On-Ramp (ccload onramp) under each CC: Poisson requests, each
              asking --fanout servers (default 16) for --incast-size at once,
-             at --incast-load, over web-search flows at --load (default 0.4)
+             at --incast-load, each server answering on one connection it
+             keeps open (--response-conns new: a connection per response),
+             over web-search flows at --load (default 0.4)
              from --senders background senders and one long flow (none
              with --onramp-long-flow=false); each CC once without and
              once with On-Ramp (--onramp-threshold, --onramp-max-pause)
@@ -148,6 +151,13 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				orCfg.NoLongFlow = !longFlow
 				if err := applySenderRate(&orCfg, senderRate); err != nil {
 					return usage(c, err)
+				}
+				switch responseConns {
+				case "persistent":
+				case "new":
+					orCfg.NewConnPerResponse = true
+				default:
+					return usage(c, fmt.Errorf("--response-conns %q: use persistent (each server answers on one connection kept open) or new (a connection per response)", responseConns))
 				}
 				return a.runOnRampBench(c, orCfg, cfg, ccs, sizes, gso, out, asJSON)
 			}
@@ -236,6 +246,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
 	f.StringVar(&senderRate, "sender-rate", "", "onramp: the most each flow of a sender may send, as fq's maxrate on its uplink, standing in for the sender's NIC, and the host_bw of the CCs that have one (default: the bottleneck's --rate, as in a fabric of equal links); none lets a flow send as fast as its veth goes")
 	f.Float64Var(&orCfg.IncastLoad, "incast-load", bench.DefaultOnRampIncastLoad, "onramp: the requests' load, a fraction of the bottleneck")
+	f.StringVar(&responseConns, "response-conns", "persistent", "onramp: persistent: each server answers every request on one connection it keeps open for the run; new: a connection per response, opened at the request's arrival (handshake and connection setup per response)")
 	f.BoolVar(&longFlow, "onramp-long-flow", true, "onramp: one sender also runs a long flow for the whole run, whose throughput with and without On-Ramp is the long-flow target; --onramp-long-flow=false leaves it out, as in the On-Ramp paper's basic scenario")
 	f.BoolVar(&orCfg.Strawman, "onramp-strawman", false, "onramp: run On-Ramp's strawman (pause O - T, without the lag compensation of its final algorithm), to compare the two")
 	f.BoolVar(&orCfg.CCHolds, "onramp-cc-holds", false, "onramp: attach the CCs that can (theta_powertcp, powertcp) with onramp_holds=1, so that they take On-Ramp's pauses out of their RTT samples (docs/onramp.md)")
