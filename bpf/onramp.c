@@ -251,8 +251,13 @@ static __always_inline void mark_hold(struct __sk_buff *skb, __u64 own, __u64 de
 /*
  * The departure time of a segment of flow fl leaving now: the latest of
  * its own, the flow's t_next and the last one given, so that it never
- * goes backwards within a flow. Sets it when that is later than its own
- * and than now, and marks the hold. Returns it.
+ * goes backwards within a flow. Sets it whenever that is later than its
+ * own, also once it has passed: fq orders a flow's packets by departure
+ * time, not by arrival, and a held segment can still wait in fq after its
+ * time (fq's timer, its per-flow maxrate). A segment whose own time is
+ * earlier than that one's, because TCP read its clock before the pause
+ * ended and the segment reached this program after, would overtake it.
+ * Counts and marks a hold only when the time is still ahead. Returns it.
  */
 static __always_inline __u64 depart(struct __sk_buff *skb, struct onramp_flow *fl, __u64 now)
 {
@@ -261,11 +266,13 @@ static __always_inline __u64 depart(struct __sk_buff *skb, struct onramp_flow *f
 	if (skb->tstamp_type == EDT_TSTAMP_MONO)
 		own = skb->tstamp;
 	dep = max_u64(max_u64(own, fl->t_next), fl->last_dep);
-	if (dep > own && dep > now) {
+	if (dep > own) {
 		if (bpf_skb_set_tstamp(skb, dep, EDT_TSTAMP_MONO))
 			skb->tstamp = dep;
-		stat_add(&onramp_stats, ONRAMP_STAT_DELAYED, 1);
-		mark_hold(skb, own, dep);
+		if (dep > now) {
+			stat_add(&onramp_stats, ONRAMP_STAT_DELAYED, 1);
+			mark_hold(skb, own, dep);
+		}
 	}
 	if (dep > fl->last_dep)
 		fl->last_dep = dep;

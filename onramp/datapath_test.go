@@ -543,7 +543,8 @@ func testMalformedOptions(t *testing.T, rg *rig) {
 
 // testDepartureNeverGoesBackwards: while a flow is paused its packets get
 // the pause's end as departure time, and a later, shorter t_next never
-// gives a packet an earlier departure than the one before.
+// gives a packet an earlier departure than the one before, nor does the
+// pause's end having passed.
 func testDepartureNeverGoesBackwards(t *testing.T, rg *rig) {
 	for _, c := range conns {
 		t.Run(c.name, func(t *testing.T) {
@@ -588,6 +589,26 @@ func testDepartureNeverGoesBackwards(t *testing.T, rg *rig) {
 			other.sport += 100
 			if _, dep := r.run(r.objs.OnrampEgress, other.segment(0x11, nil, 1000)); dep != 0 {
 				t.Errorf("an unknown flow's FIN got departure %d, want its own (0)", dep)
+			}
+
+			// Once the pause has passed, a segment whose own time is
+			// earlier than the last departure given still gets that
+			// one: the held segment may still wait in fq, which would
+			// send the earlier one first. (The run gives a segment no
+			// time of its own, as its context cannot mark one
+			// monotonic: its own time here is 0.) It is no hold.
+			past := monoNow() - uint64(time.Millisecond)
+			f = r.flow(k)
+			f.T_next, f.LastDep = past-uint64(time.Millisecond), past
+			r.setFlow(k, f)
+			delayed := r.stat("delayed")
+			for _, seg := range [][]byte{c.data(pad(StampLen)), c.segment(0x11, nil, 1000)} {
+				if _, dep := r.run(r.objs.OnrampEgress, seg); dep != past {
+					t.Errorf("after the pause, a segment left at %d, want the last departure %d", dep, past)
+				}
+			}
+			if got := r.stat("delayed"); got != delayed {
+				t.Errorf("delayed went from %d to %d for departures already passed, want no hold counted", delayed, got)
 			}
 		})
 	}
