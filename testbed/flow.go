@@ -214,22 +214,28 @@ func SendFlow(ctx context.Context, host *Host, dst netip.AddrPort, cfg FlowConfi
 	// Stopped before the final snapshot, so that the samples stay in order.
 	res.Samples = stopSampling()
 
-	if err := controlErr(raw, func(fd int) error {
-		var err error
-		if res.CC, err = unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION); err != nil {
-			return fmt.Errorf("get TCP_CONGESTION: %w", err)
-		}
-		if res.Info, err = unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err != nil {
-			return fmt.Errorf("get TCP_INFO: %w", err)
-		}
-		return nil
-	}); err != nil {
+	if res.CC, res.Info, err = ccAndInfo(raw); err != nil {
 		return res, fmt.Errorf("flow to %s before close: %w", dst, err)
 	}
 	if cfg.SampleEvery > 0 {
 		res.Samples = append(res.Samples, flowSample(time.Since(start), res.Info))
 	}
 	return res, nil
+}
+
+// ccAndInfo reads the congestion control a socket runs and its TCP_INFO.
+func ccAndInfo(raw syscall.RawConn) (cc string, info *unix.TCPInfo, err error) {
+	err = controlErr(raw, func(fd int) error {
+		var err error
+		if cc, err = unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION); err != nil {
+			return fmt.Errorf("get TCP_CONGESTION: %w", err)
+		}
+		if info, err = unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err != nil {
+			return fmt.Errorf("get TCP_INFO: %w", err)
+		}
+		return nil
+	})
+	return cc, info, err
 }
 
 // startFlowSampler polls TCP_INFO of the socket every interval, on a grid

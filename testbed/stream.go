@@ -235,16 +235,7 @@ func (s *Stream) Close(ctx context.Context) (res FlowResult, err error) {
 	}()
 	// The last TCP_INFO is read before the shutdown and the sink's FIN,
 	// so that it is there even when they fail; they add no data.
-	if err := controlErr(s.raw, func(fd int) error {
-		var err error
-		if res.CC, err = unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION); err != nil {
-			return fmt.Errorf("get TCP_CONGESTION: %w", err)
-		}
-		if res.Info, err = unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err != nil {
-			return fmt.Errorf("get TCP_INFO: %w", err)
-		}
-		return nil
-	}); err != nil {
+	if res.CC, res.Info, err = ccAndInfo(s.raw); err != nil {
 		return res, fmt.Errorf("stream to %s before close: %w", s.dst, err)
 	}
 	stop := context.AfterFunc(ctx, func() { s.conn.SetDeadline(time.Unix(1, 0)) })
