@@ -63,6 +63,7 @@ func TestUsageAndInputErrors(t *testing.T) {
 		{args: []string{"spin", "--cpu", "100000"}, code: 1, stderr: []string{"CPU 100000 is not one this process may run on"}},
 		{args: []string{"bench", "--scenario", "onramp", "--keep-cpus-awake"}, code: 2, stderr: []string{"--keep-cpus-awake", "not --scenario onramp"}},
 		{args: []string{"bench", "--scenario", "clock", "--keep-cpus-awake"}, code: 2, stderr: []string{"--keep-cpus-awake", "not --scenario clock"}},
+		{args: []string{"bench", "--scenario", "onramp", "--response-conns", "pooled"}, code: 2, stderr: []string{`--response-conns "pooled"`, "persistent", "new"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
