@@ -564,9 +564,10 @@ type orFlow struct {
 	bytes   int64
 	res     testbed.FlowResult
 	err     error
-	// rto and retrans say a response on a persistent connection took a
-	// retransmission timeout, or retransmitted, while it was in flight;
-	// a response on a connection of its own has them in res.Info.
+	// rto and retrans say a response took a retransmission timeout, or
+	// retransmitted, while it was in flight: from its connection's
+	// TCP_INFO, or, on a persistent connection, from the counters' growth
+	// over the response.
 	rto, retrans bool
 }
 
@@ -601,19 +602,32 @@ func (s *orFlowSet) start(ctx context.Context, t0 time.Time, at time.Duration, h
 	go func() {
 		defer s.wg.Done()
 		f.bytes = cfg.Bytes
-		if d := time.Until(t0.Add(at)); d > 0 {
-			select {
-			case <-ctx.Done():
-				f.begin, f.err = at, ctx.Err()
-				s.add(f)
-				return
-			case <-time.After(d):
-			}
+		if !sleepUntil(ctx, t0.Add(at)) {
+			f.begin, f.err = at, ctx.Err()
+			s.add(f)
+			return
 		}
 		f.begin = time.Since(t0)
 		f.res, f.err = testbed.SendFlow(ctx, h, dst, cfg)
+		if i := f.res.Info; f.err == nil && i != nil {
+			f.rto, f.retrans = i.Total_rto > 0, i.Total_retrans > 0
+		}
 		s.add(f)
 	}()
+}
+
+// sleepUntil waits until t, or until ctx ends; false means ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
 }
 
 // serve answers every request of reqs (their arrival times from t0) with
@@ -646,7 +660,8 @@ func (s *orFlowSet) serve(ctx context.Context, t0, deadline time.Time, h *testbe
 			conn = nil
 		}
 		defer closeConn()
-		open := func() error {
+		// open leaves conn nil when it fails, and records the failure.
+		open := func() {
 			var err error
 			conn, err = testbed.OpenStream(ctx, h, dst, cc, seed+opened)
 			opened++
@@ -654,21 +669,14 @@ func (s *orFlowSet) serve(ctx context.Context, t0, deadline time.Time, h *testbe
 				s.add(orFlow{kind: orResponseConn, err: err})
 			}
 			lastEnd = time.Now()
-			return err
 		}
-		if open() != nil {
-			conn = nil
-		}
+		open()
 		for k, at := range reqs {
 			f := orFlow{kind: orResponse, request: k, bytes: bytes}
-			if d := time.Until(t0.Add(at)); d > 0 {
-				select {
-				case <-ctx.Done():
-					f.begin, f.err = at, ctx.Err()
-					s.add(f)
-					continue
-				case <-time.After(d):
-				}
+			if !sleepUntil(ctx, t0.Add(at)) {
+				f.begin, f.err = at, ctx.Err()
+				s.add(f)
+				continue
 			}
 			if ctx.Err() != nil {
 				f.begin, f.err = time.Since(t0), ctx.Err()
@@ -678,8 +686,10 @@ func (s *orFlowSet) serve(ctx context.Context, t0, deadline time.Time, h *testbe
 			if conn != nil && time.Since(lastEnd) > responseConnIdle {
 				closeConn()
 			}
-			if conn == nil && open() != nil {
-				conn = nil
+			if conn == nil {
+				open()
+			}
+			if conn == nil {
 				f.begin, f.err = time.Since(t0), fmt.Errorf("response %d: no connection to %s", k, dst)
 				s.add(f)
 				continue
@@ -927,10 +937,6 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 			q.last = max(q.last, f.begin+fct)
 			q.slowest = max(q.slowest, fct)
 			q.rto, q.retrans = q.rto || f.rto, q.retrans || f.retrans
-			if i := f.res.Info; i != nil {
-				q.rto = q.rto || i.Total_rto > 0
-				q.retrans = q.retrans || i.Total_retrans > 0
-			}
 		}
 	}
 	res.Requests = len(reqs)

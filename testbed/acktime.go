@@ -75,14 +75,10 @@ func lastAckStamp(fd int) (time.Time, error) {
 		found  bool
 	)
 	for i := 0; i < maxAckStamps; i++ {
-		_, oobn, _, _, err := unix.Recvmsg(fd, nil, oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+		at, id, ok, err := recvAckStamp(fd, oob)
 		if errors.Is(err, unix.EAGAIN) {
 			break
 		}
-		if err != nil {
-			return time.Time{}, fmt.Errorf("read the error queue: %w", err)
-		}
-		at, id, ok, err := parseAckStamp(oob[:oobn])
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -94,6 +90,20 @@ func lastAckStamp(fd int) (time.Time, error) {
 		return time.Time{}, errNoAckStamp
 	}
 	return best, nil
+}
+
+// recvAckStamp reads one message of fd's error queue, without waiting,
+// into oob: ok says it is an ACK timestamp, of the byte at offset id. An
+// empty queue is unix.EAGAIN.
+func recvAckStamp(fd int, oob []byte) (at time.Time, id uint32, ok bool, err error) {
+	_, oobn, _, _, err := unix.Recvmsg(fd, nil, oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+	if errors.Is(err, unix.EAGAIN) {
+		return time.Time{}, 0, false, unix.EAGAIN
+	}
+	if err != nil {
+		return time.Time{}, 0, false, fmt.Errorf("read the error queue: %w", err)
+	}
+	return parseAckStamp(oob[:oobn])
 }
 
 // parseAckStamp reads one error-queue message's control data. ok is false

@@ -170,15 +170,10 @@ func (s *Stream) awaitAckStamp(id uint32) (time.Time, error) {
 	)
 	err := s.raw.Write(func(fd uintptr) bool {
 		for range maxAckStamps {
-			_, oobn, _, _, err := unix.Recvmsg(int(fd), nil, oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+			t, got, ok, err := recvAckStamp(int(fd), oob)
 			if errors.Is(err, unix.EAGAIN) {
 				return false
 			}
-			if err != nil {
-				rerr = fmt.Errorf("read the error queue: %w", err)
-				return true
-			}
-			t, got, ok, err := parseAckStamp(oob[:oobn])
 			if err != nil {
 				rerr = err
 				return true
