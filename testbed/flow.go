@@ -381,31 +381,43 @@ func setCCFd(fd int, cc string) error {
 // of w.
 func writeFlow(w io.Writer, cfg FlowConfig, lastByte func(b byte) error) error {
 	buf := make([]byte, bufferFor(headerLen+cfg.Bytes))
-	pattern := newStream(cfg.Seed)
 	putHeader(buf, cfg.Seed, cfg.Bytes)
-	used := headerLen
+	_, err := writePattern(w, buf, headerLen, newStream(cfg.Seed), 0, cfg.Bytes, lastByte)
+	return err
+}
 
-	// One iteration per chunk: at most cfg.Bytes/(chunkSize-headerLen)+1.
+// writePattern writes n bytes of pattern, from its offset from, through
+// buf. The first used bytes of buf already hold what goes out before them
+// (a flow's header). lastByte, when not nil, sends the last byte written
+// (the pattern's last, or the header's last when n is 0) in place of w. It
+// returns how many of the pattern's bytes went out, the last one counted
+// once lastByte took it.
+func writePattern(w io.Writer, buf []byte, used int, pattern *stream, from, n int64, lastByte func(b byte) error) (int64, error) {
+	// One iteration per buffer: at most n/(len(buf)-used)+1.
 	for sent := int64(0); ; {
-		n := int(min(int64(len(buf)-used), cfg.Bytes-sent))
-		pattern.fill(sent, buf[used:used+n])
-		if sent+int64(n) == cfg.Bytes && lastByte != nil {
-			end := used + n - 1
-			if end > 0 {
-				if _, err := w.Write(buf[:end]); err != nil {
-					return fmt.Errorf("write at payload offset %d: %w", sent, err)
-				}
+		k := int(min(int64(len(buf)-used), n-sent))
+		pattern.fill(from+sent, buf[used:used+k])
+		end, last := used+k, sent+int64(k) == n
+		if last && lastByte != nil {
+			end--
+		}
+		if end > 0 {
+			if _, err := w.Write(buf[:end]); err != nil {
+				return sent, fmt.Errorf("write at payload offset %d: %w", from+sent, err)
 			}
-			return lastByte(buf[end])
 		}
-		if _, err := w.Write(buf[:used+n]); err != nil {
-			return fmt.Errorf("write at payload offset %d: %w", sent, err)
+		if !last {
+			sent += int64(k)
+			used = 0
+			continue
 		}
-		sent += int64(n)
-		used = 0
-		if sent == cfg.Bytes {
-			return nil
+		if lastByte == nil {
+			return n, nil
 		}
+		if err := lastByte(buf[end]); err != nil {
+			return max(n-1, 0), fmt.Errorf("write the last byte: %w", err)
+		}
+		return n, nil
 	}
 }
 

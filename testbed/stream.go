@@ -114,29 +114,11 @@ func (s *Stream) Send(ctx context.Context, n int64) (m StreamMessage, err error)
 	if want := bufferFor(n); len(s.buf) < want {
 		s.buf = make([]byte, want)
 	}
-	// One iteration per buffer: at most n/len(s.buf)+1.
-	for left := n; left > 0; {
-		k := min(left, int64(len(s.buf)))
-		b := s.buf[:k]
-		s.pattern.fill(s.sent, b)
-		if left == k {
-			if len(b) > 1 {
-				if _, err := s.conn.Write(b[:len(b)-1]); err != nil {
-					return m, fmt.Errorf("send on stream to %s at payload offset %d: %w", s.dst, s.sent, errors.Join(err, ctx.Err()))
-				}
-				s.sent += int64(len(b) - 1)
-			}
-			if err := sendStamped(s.raw, b[len(b)-1]); err != nil {
-				return m, fmt.Errorf("send on stream to %s at payload offset %d: %w", s.dst, s.sent, errors.Join(err, ctx.Err()))
-			}
-			s.sent++
-			break
-		}
-		if _, err := s.conn.Write(b); err != nil {
-			return m, fmt.Errorf("send on stream to %s at payload offset %d: %w", s.dst, s.sent, errors.Join(err, ctx.Err()))
-		}
-		s.sent += k
-		left -= k
+	stamp := func(b byte) error { return sendStamped(s.raw, b) }
+	sent, err := writePattern(s.conn, s.buf, 0, s.pattern, s.sent, n, stamp)
+	s.sent += sent
+	if err != nil {
+		return m, fmt.Errorf("send on stream to %s: %w", s.dst, errors.Join(err, ctx.Err()))
 	}
 
 	// The stamped byte's offset in the stream, header included.
