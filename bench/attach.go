@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -74,4 +75,73 @@ func AttachForRun(l *loader.Loader, ccs []string, purpose string, params func(*l
 		}
 	}
 	return restore, nil
+}
+
+// ParseCCParams reads --cc-param values, each CC:NAME=VALUE (a parameter
+// of one of ccload's CCs, as `ccload attach CC --param NAME=VALUE` takes
+// it), into parameters by CC. Whether NAME and VALUE suit the CC is the
+// loader's to check when the bench attaches it.
+func ParseCCParams(specs []string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, s := range specs {
+		cc, kv, ok := strings.Cut(s, ":")
+		name, val, ok2 := strings.Cut(kv, "=")
+		if !ok || !ok2 || cc == "" || name == "" || val == "" {
+			return nil, fmt.Errorf("--cc-param %q: want CC:NAME=VALUE, such as theta_powertcp:beta=800B", s)
+		}
+		if out[cc] == nil {
+			out[cc] = map[string]string{}
+		}
+		if _, dup := out[cc][name]; dup {
+			return nil, fmt.Errorf("--cc-param %q: %s's %s is given twice", s, cc, name)
+		}
+		out[cc][name] = val
+	}
+	return out, nil
+}
+
+// checkCCParams checks the user's CC parameters (--cc-param) against a
+// run of ccs: each CC they name must be one of the run's and one of
+// ccload's, and not attached already, since the bench leaves an attached
+// CC's parameters as its user set them (attached, by name).
+func checkCCParams(user map[string]map[string]string, ccs []string, attached map[string]bool) error {
+	var errs []error
+	for _, cc := range slices.Sorted(maps.Keys(user)) {
+		switch {
+		case !slices.Contains(ccs, cc):
+			errs = append(errs, fmt.Errorf("--cc-param for %s: it is not in --cc (%s)", cc, strings.Join(ccs, ",")))
+		case !isBuiltin(cc):
+			errs = append(errs, fmt.Errorf("--cc-param for %s: only ccload's CCs take parameters (ccload list)", cc))
+		case attached[cc]:
+			errs = append(errs, fmt.Errorf("--cc-param for %s: it is attached already, and the bench keeps an attached CC's parameters: change them with ccload set %s, or detach it first", cc, cc))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withCCParams returns the parameters a CC is attached with for a run:
+// the scenario's own (base, which may be nil), with the user's (--cc-param)
+// over them.
+func withCCParams(base func(*loader.CC) map[string]string, user map[string]map[string]string) func(*loader.CC) map[string]string {
+	return func(cc *loader.CC) map[string]string {
+		var params map[string]string
+		if base != nil {
+			params = base(cc)
+		}
+		if len(user[cc.Name]) == 0 {
+			return params
+		}
+		merged := maps.Clone(params)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, user[cc.Name])
+		return merged
+	}
+}
+
+// isBuiltin reports whether name is one of ccload's CCs.
+func isBuiltin(name string) bool {
+	_, err := loader.Lookup(name)
+	return err == nil
 }

@@ -40,6 +40,10 @@ type Config struct {
 	// accepted; built-in ones are attached for the run if they are not
 	// attached already, and detached afterwards.
 	CCs []string
+	// CCParams are parameters for ccload's CCs that the bench attaches,
+	// by CC (--cc-param), over the scenario's own (host_bw). A CC that is
+	// attached already keeps its user's parameters, and may have none here.
+	CCParams map[string]map[string]string
 	// Load is the websearch scenario's offered load, a fraction of the
 	// bottleneck rate in (0, 1].
 	Load float64

@@ -197,6 +197,11 @@ type OnRampConfig struct {
 	// holds out of their RTT samples (docs/onramp.md). Like host_bw, it
 	// only reaches a CC the bench attaches itself.
 	CCHolds bool
+	// CCParams are parameters for ccload's CCs that the bench attaches,
+	// by CC (--cc-param), over the scenario's own (host_bw,
+	// onramp_holds). A CC that is attached already keeps its user's
+	// parameters, and may have none here.
+	CCParams map[string]map[string]string
 	// Strawman runs On-Ramp's strawman (the paper's §3.1: pause O - T,
 	// without lag compensation) instead of its final algorithm, to
 	// compare the two (onramp.Config.Strawman).

@@ -150,7 +150,11 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 		return nil, err
 	}
 
-	undo, err := AttachForRun(l, cfg.CCs, "the bench", r.ccParams(), func(a Attached) {
+	params, err := r.ccParams()
+	if err != nil {
+		return nil, err
+	}
+	undo, err := AttachForRun(l, cfg.CCs, "the bench", params, func(a Attached) {
 		r.params[a.Name] = a.Params
 		if a.AlreadyAttached {
 			r.say("%s is attached already; the bench uses its parameters (%s)", a.Name, loader.ParamsString(a.Params))
@@ -232,16 +236,21 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 // bottleneck's rate by default, as every sender's NIC is as fast as the
 // fabric here, or the bottleneck's rate without a cap. θ-PowerTCP's τ
 // floor (one GSO packet at host_bw) is then GSOBytes at that rate, 655 µs
-// for 8 KiB at 100 Mbit/s.
-func (r *onrampRunner) ccParams() func(*loader.CC) map[string]string {
+// for 8 KiB at 100 Mbit/s. --cc-param (CCParams) goes over these; it
+// fails for a CC that is attached already.
+func (r *onrampRunner) ccParams() (func(*loader.CC) map[string]string, error) {
 	list, err := r.l.List()
-	attached := map[string]bool{}
-	if err == nil {
-		for _, st := range list {
-			attached[st.Name] = st.Attached
-		}
+	if err != nil {
+		return nil, fmt.Errorf("list attached CCs: %w", err)
 	}
-	return func(cc *loader.CC) map[string]string {
+	attached := map[string]bool{}
+	for _, st := range list {
+		attached[st.Name] = st.Attached
+	}
+	if err := checkCCParams(r.ocfg.CCParams, r.ocfg.CCs, attached); err != nil {
+		return nil, err
+	}
+	return withCCParams(func(cc *loader.CC) map[string]string {
 		if attached[cc.Name] {
 			return nil
 		}
@@ -253,7 +262,7 @@ func (r *onrampRunner) ccParams() func(*loader.CC) map[string]string {
 			params[onrampHoldsParam] = "1"
 		}
 		return params
-	}
+	}, r.ocfg.CCParams), nil
 }
 
 // prepareSenders installs fq at the root of every sender's uplink and

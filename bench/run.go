@@ -224,7 +224,8 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 // above this testbed's RTT, so it would hold that difference as queue. CCs
 // the user attached keep their parameters, since an attach of an attached
 // CC changes only the parameters it is given, and the bench gives them
-// none. The returned function detaches what it attached.
+// none. --cc-param (cfg.CCParams) goes over the bench's own parameters for
+// the CCs it attaches. The returned function detaches what it attached.
 func (r *runner) prepareCCs() (func() error, error) {
 	list, err := r.l.List()
 	if err != nil {
@@ -234,12 +235,15 @@ func (r *runner) prepareCCs() (func() error, error) {
 	for _, st := range list {
 		attachedBefore[st.Name] = st.Attached
 	}
-	params := func(cc *loader.CC) map[string]string {
+	if err := checkCCParams(r.cfg.CCParams, r.cfg.CCs, attachedBefore); err != nil {
+		return func() error { return nil }, err
+	}
+	params := withCCParams(func(cc *loader.CC) map[string]string {
 		if _, has := cc.Param(hostBWParam); has && !attachedBefore[cc.Name] && cc.UsesINT {
 			return map[string]string{hostBWParam: units.FormatBandwidth(r.cfg.RateBps)}
 		}
 		return nil
-	}
+	}, r.cfg.CCParams)
 	return AttachForRun(r.l, r.cfg.CCs, "the bench", params, func(a Attached) {
 		r.params[a.Name] = a.Params
 		if a.AlreadyAttached {

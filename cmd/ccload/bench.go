@@ -24,6 +24,7 @@ func newBenchCmd(a *app) *cobra.Command {
 		scenario, out string
 		sizes         bench.Sizes
 		ccs           []string
+		ccParamSpecs  []string
 		cfg           bench.Config
 		asJSON        bool
 		controlRuns   int
@@ -139,6 +140,14 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 				_, err := a.out.Write(schema)
 				return err
 			}
+			params, err := bench.ParseCCParams(ccParamSpecs)
+			if err != nil {
+				return usage(c, err)
+			}
+			if len(params) > 0 && scenario == bench.ScenarioClock {
+				return usage(c, fmt.Errorf("--cc-param: --scenario clock runs no CC"))
+			}
+			cfg.CCParams, orCfg.CCParams = params, params
 			if cfg.KeepCPUsAwake && (scenario == bench.ScenarioClock || scenario == bench.ScenarioOnRamp) {
 				return usage(c, fmt.Errorf("--keep-cpus-awake: for the CC scenarios (longflow, incast, websearch, fairness, all), not --scenario %s", scenario))
 			}
@@ -223,6 +232,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.IntVar(&clockCfg.Agents, "agents", 0, "clock: clock agents, one on the receiver and the rest on senders (default 5)")
 	f.BoolVar(&clockCfg.PTP, "ptp4l", true, "clock: run linuxptp's ptp4l beside the agents, for comparison")
 	f.StringSliceVar(&ccs, "cc", bench.DefaultCCs(), "CCs to compare, in run order")
+	f.StringArrayVar(&ccParamSpecs, "cc-param", nil, "a parameter for one of ccload's CCs that the bench attaches, as CC:NAME=VALUE (what ccload attach CC --param NAME=VALUE takes; ccload list shows the names), over the bench's own (host_bw); repeat for more. Not for a CC attached already: it keeps its parameters")
 	f.Float64Var(&cfg.Load, "load", bench.DefaultLoad, "websearch: offered load, a fraction of the bottleneck")
 	f.DurationVar(&cfg.Duration, "duration", 0, "traffic time per CC (default 10s longflow, 16s fairness, 20s otherwise; 3s with --quick)")
 	f.BoolVar(&cfg.Quick, "quick", false, "a few seconds per CC, fewer senders, web-search flows capped at 1MB: a smoke run")

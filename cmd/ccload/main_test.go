@@ -64,6 +64,8 @@ func TestUsageAndInputErrors(t *testing.T) {
 		{args: []string{"bench", "--scenario", "onramp", "--keep-cpus-awake"}, code: 2, stderr: []string{"--keep-cpus-awake", "not --scenario onramp"}},
 		{args: []string{"bench", "--scenario", "clock", "--keep-cpus-awake"}, code: 2, stderr: []string{"--keep-cpus-awake", "not --scenario clock"}},
 		{args: []string{"bench", "--scenario", "onramp", "--response-conns", "pooled"}, code: 2, stderr: []string{`--response-conns "pooled"`, "persistent", "new"}},
+		{args: []string{"bench", "--scenario", "incast", "--cc-param", "theta_powertcp=beta"}, code: 2, stderr: []string{`--cc-param "theta_powertcp=beta"`, "CC:NAME=VALUE"}},
+		{args: []string{"bench", "--scenario", "clock", "--cc-param", "theta_powertcp:beta=600B"}, code: 2, stderr: []string{"--cc-param", "--scenario clock runs no CC"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
