@@ -356,8 +356,11 @@ type OnRampComparison struct {
 	LongFlowPairedLoss *Spread `json:"long_flow_paired_loss,omitempty"`
 	// FCT compares the background flows' pooled p99 per size bucket.
 	FCT []FCTComparison `json:"fct"`
-	// WorseRCT: RCT p99 more than WorseMargin above without On-Ramp;
-	// WorseFCT: the buckets whose FCT p99 is.
+	// WorseRCT: the RCT tail more than WorseMargin above without
+	// On-Ramp; WorseFCT: the buckets whose FCT tail is. A tail is the
+	// p99, or the highest percentile below it that both pooled samples
+	// support (RCTTailP, FCTComparison.TailP) when they are too few for
+	// the p99; with too few for any, no verdict.
 	WorseRCT bool     `json:"worse_rct"`
 	WorseFCT []string `json:"worse_fct"`
 }
@@ -371,6 +374,12 @@ type FCTComparison struct {
 	P99WithoutUs float64  `json:"p99_without_us"`
 	P99WithUs    float64  `json:"p99_with_us"`
 	Ratio        *float64 `json:"ratio,omitempty"`
+	// TailP is the p99, or the highest percentile below it that both
+	// pooled samples support (0: none), and the rest the FCTs there.
+	TailP         float64  `json:"tail_p"`
+	TailWithoutUs float64  `json:"tail_without_us,omitempty"`
+	TailWithUs    float64  `json:"tail_with_us,omitempty"`
+	TailRatio     *float64 `json:"tail_ratio,omitempty"`
 }
 
 // OnRampTargets are the On-Ramp issue's targets.

@@ -274,9 +274,12 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 			}
 		}
 		c.LongFlowPairedLoss = pairedLoss(without.Runs, with.Runs)
-		c.WorseRCT = without.RCT.Count > 0 && with.RCT.Count > 0 && with.RCT.P99Us > (1+onrampWorseMargin)*without.RCT.P99Us
-		if c.WorseRCT {
-			verdict.Worse = append(verdict.Worse, cc+": RCT p99")
+		if p := min(c.RCTTailP, 99); p > 0 {
+			tw, tr := stats.Percentile(stats.Sorted(rw), p), stats.Percentile(stats.Sorted(rr), p)
+			c.WorseRCT = tr > (1+onrampWorseMargin)*tw
+			if c.WorseRCT {
+				verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: RCT p%g", cc, p))
+			}
 		}
 		for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
 			nw, p99w := bucketP99(fw, b)
@@ -286,11 +289,15 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 			}
 			x := FCTComparison{Bucket: b, CountWithout: nw, CountWith: nr, P99WithoutUs: p99w, P99WithUs: p99r}
 			x.Ratio = ratio(x.P99WithoutUs, x.P99WithUs)
-			c.FCT = append(c.FCT, x)
-			if b != stats.BucketAll && x.P99WithUs > (1+onrampWorseMargin)*x.P99WithoutUs {
-				c.WorseFCT = append(c.WorseFCT, b)
-				verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: background FCT p99 %s", cc, b))
+			if x.TailP = min(stats.SupportedPercentile(min(nw, nr)), 99); x.TailP > 0 {
+				x.TailWithoutUs, x.TailWithUs = bucketPercentile(fw, b, x.TailP), bucketPercentile(fr, b, x.TailP)
+				x.TailRatio = ratio(x.TailWithoutUs, x.TailWithUs)
+				if b != stats.BucketAll && x.TailWithUs > (1+onrampWorseMargin)*x.TailWithoutUs {
+					c.WorseFCT = append(c.WorseFCT, b)
+					verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: background FCT p%g %s", cc, x.TailP, b))
+				}
 			}
+			c.FCT = append(c.FCT, x)
 		}
 		if c.FCT == nil {
 			c.FCT = []FCTComparison{}
@@ -331,14 +338,31 @@ func pairedLoss(without, with []OnRampRun) *Spread {
 // all of them) and their nearest-rank 99th percentile in µs, whatever
 // their count.
 func bucketP99(fcts []stats.FCT, b string) (int, float64) {
+	us := bucketMicros(fcts, b)
+	if len(us) == 0 {
+		return 0, 0
+	}
+	return len(us), stats.Percentile(us, 99)
+}
+
+// bucketPercentile is the p-th percentile, in µs, of the FCTs of bucket b
+// (stats.BucketAll: all of them); 0 with none.
+func bucketPercentile(fcts []stats.FCT, b string, p float64) float64 {
+	us := bucketMicros(fcts, b)
+	if len(us) == 0 {
+		return 0
+	}
+	return stats.Percentile(us, p)
+}
+
+// bucketMicros is the FCTs of bucket b (stats.BucketAll: all of them), in
+// µs, sorted.
+func bucketMicros(fcts []stats.FCT, b string) []float64 {
 	var us []float64
 	for _, f := range fcts {
 		if b == stats.BucketAll || stats.BucketOf(f.Bytes) == b {
 			us = append(us, float64(f.Duration)/float64(time.Microsecond))
 		}
 	}
-	if len(us) == 0 {
-		return 0, 0
-	}
-	return len(us), stats.Percentile(stats.Sorted(us), 99)
+	return stats.Sorted(us)
 }
