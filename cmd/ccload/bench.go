@@ -251,7 +251,7 @@ The table goes to stdout; --out gets results.json (schema: 'ccload bench
 	f.IntVar(&cfg.Repeat, "repeat", 1, fmt.Sprintf("runs per CC, interleaved, reported as median and range (1 to %d)", bench.MaxRepeat))
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", bench.DefaultSampleInterval, fmt.Sprintf("queue sampling interval (onramp: default %v, as each sample costs the process that starts the flows)", bench.DefaultOnRampSampleEvery))
 	f.IntVar(&controlRuns, "control-plane-runs", 15, fmt.Sprintf("time attach, set and detach of theta_powertcp as processes this many times each, before the scenarios (0 to skip; at most %d)", bench.MaxControlPlaneRuns))
-	f.DurationVar(&orCfg.Threshold, "onramp-threshold", bench.DefaultOnRampThreshold, "onramp: On-Ramp's threshold T on the one-way delay (2ms suits 100mbit in a TCG guest)")
+	f.DurationVar(&orCfg.Threshold, "onramp-threshold", bench.DefaultOnRampThreshold, "onramp: On-Ramp's threshold T on the one-way delay (think of it as bytes of queue at the bottleneck: 5ms at 100mbit is the paper's 62.5 KB, the T of the current record in docs/benchmarks.md)")
 	f.DurationVar(&orCfg.MaxPause, "onramp-max-pause", bench.DefaultOnRampMaxPause, "onramp: On-Ramp's longest single pause (at most 100ms)")
 	f.StringVar(&gso, "gso", "8KiB", "onramp: GSO size of every sender's uplink")
 	f.StringVar(&senderRate, "sender-rate", "", "onramp: the most each flow of a sender may send, as fq's maxrate on its uplink, standing in for the sender's NIC, and the host_bw of the CCs that have one (default: the bottleneck's --rate, as in a fabric of equal links); none lets a flow send as fast as its veth goes")
