@@ -140,6 +140,27 @@ func withCCParams(base func(*loader.CC) map[string]string, user map[string]map[s
 	}
 }
 
+// runParams is the parameters of a run's AttachForRun for ccload's CCs:
+// base's, with the user's (--cc-param) over them. base is told which CCs
+// were attached before the run (attached, by name), and the user's
+// parameters are checked against those and against the run's ccs
+// (checkCCParams).
+func runParams(l *loader.Loader, ccs []string, user map[string]map[string]string,
+	base func(cc *loader.CC, attached map[string]bool) map[string]string) (func(*loader.CC) map[string]string, error) {
+	list, err := l.List()
+	if err != nil {
+		return nil, fmt.Errorf("list attached CCs: %w", err)
+	}
+	attached := map[string]bool{}
+	for _, st := range list {
+		attached[st.Name] = st.Attached
+	}
+	if err := checkCCParams(user, ccs, attached); err != nil {
+		return nil, err
+	}
+	return withCCParams(func(cc *loader.CC) map[string]string { return base(cc, attached) }, user), nil
+}
+
 // isBuiltin reports whether name is one of ccload's CCs.
 func isBuiltin(name string) bool {
 	_, err := loader.Lookup(name)

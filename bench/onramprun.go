@@ -239,18 +239,7 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 // for 8 KiB at 100 Mbit/s. --cc-param (CCParams) goes over these; it
 // fails for a CC that is attached already.
 func (r *onrampRunner) ccParams() (func(*loader.CC) map[string]string, error) {
-	list, err := r.l.List()
-	if err != nil {
-		return nil, fmt.Errorf("list attached CCs: %w", err)
-	}
-	attached := map[string]bool{}
-	for _, st := range list {
-		attached[st.Name] = st.Attached
-	}
-	if err := checkCCParams(r.ocfg.CCParams, r.ocfg.CCs, attached); err != nil {
-		return nil, err
-	}
-	return withCCParams(func(cc *loader.CC) map[string]string {
+	return runParams(r.l, r.ocfg.CCs, r.ocfg.CCParams, func(cc *loader.CC, attached map[string]bool) map[string]string {
 		if attached[cc.Name] {
 			return nil
 		}
@@ -262,7 +251,7 @@ func (r *onrampRunner) ccParams() (func(*loader.CC) map[string]string, error) {
 			params[onrampHoldsParam] = "1"
 		}
 		return params
-	}, r.ocfg.CCParams), nil
+	})
 }
 
 // prepareSenders installs fq at the root of every sender's uplink and

@@ -260,9 +260,10 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 		c.RCTP99Ratio = ratio(without.RCT.P99Us, with.RCT.P99Us)
 		c.RCTP50Ratio = ratio(without.RCT.P50Us, with.RCT.P50Us)
 		c.NetRCTP99Ratio = ratio(without.NetRCT.P99Us, with.NetRCT.P99Us)
-		c.RCTTailP = stats.SupportedPercentile(min(len(rw), len(rr)))
+		sw, sr := stats.Sorted(rw), stats.Sorted(rr)
+		c.RCTTailP = stats.SupportedPercentile(min(len(sw), len(sr)))
 		if c.RCTTailP > 0 {
-			c.RCTTailRatio = ratio(stats.Percentile(stats.Sorted(rw), c.RCTTailP), stats.Percentile(stats.Sorted(rr), c.RCTTailP))
+			c.RCTTailRatio = ratio(stats.Percentile(sw, c.RCTTailP), stats.Percentile(sr, c.RCTTailP))
 		}
 		c.LongFlowWithoutBps = without.Figures["long_flow_bps"].Median
 		c.LongFlowWithBps = with.Figures["long_flow_bps"].Median
@@ -275,22 +276,22 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 		}
 		c.LongFlowPairedLoss = pairedLoss(without.Runs, with.Runs)
 		if p := min(c.RCTTailP, 99); p > 0 {
-			tw, tr := stats.Percentile(stats.Sorted(rw), p), stats.Percentile(stats.Sorted(rr), p)
+			tw, tr := stats.Percentile(sw, p), stats.Percentile(sr, p)
 			c.WorseRCT = tr > (1+onrampWorseMargin)*tw
 			if c.WorseRCT {
 				verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: RCT p%g", cc, p))
 			}
 		}
 		for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
-			nw, p99w := bucketP99(fw, b)
-			nr, p99r := bucketP99(fr, b)
-			if nw == 0 || nr == 0 {
+			uw, ur := bucketMicros(fw, b), bucketMicros(fr, b)
+			if len(uw) == 0 || len(ur) == 0 {
 				continue
 			}
-			x := FCTComparison{Bucket: b, CountWithout: nw, CountWith: nr, P99WithoutUs: p99w, P99WithUs: p99r}
+			x := FCTComparison{Bucket: b, CountWithout: len(uw), CountWith: len(ur),
+				P99WithoutUs: stats.Percentile(uw, 99), P99WithUs: stats.Percentile(ur, 99)}
 			x.Ratio = ratio(x.P99WithoutUs, x.P99WithUs)
-			if x.TailP = min(stats.SupportedPercentile(min(nw, nr)), 99); x.TailP > 0 {
-				x.TailWithoutUs, x.TailWithUs = bucketPercentile(fw, b, x.TailP), bucketPercentile(fr, b, x.TailP)
+			if x.TailP = min(stats.SupportedPercentile(min(len(uw), len(ur))), 99); x.TailP > 0 {
+				x.TailWithoutUs, x.TailWithUs = stats.Percentile(uw, x.TailP), stats.Percentile(ur, x.TailP)
 				x.TailRatio = ratio(x.TailWithoutUs, x.TailWithUs)
 				if b != stats.BucketAll && x.TailWithUs > (1+onrampWorseMargin)*x.TailWithoutUs {
 					c.WorseFCT = append(c.WorseFCT, b)
@@ -332,27 +333,6 @@ func pairedLoss(without, with []OnRampRun) *Spread {
 	}
 	s := spreadOf(losses)
 	return &s
-}
-
-// bucketP99 is how many of fcts are in size bucket b (stats.BucketAll:
-// all of them) and their nearest-rank 99th percentile in µs, whatever
-// their count.
-func bucketP99(fcts []stats.FCT, b string) (int, float64) {
-	us := bucketMicros(fcts, b)
-	if len(us) == 0 {
-		return 0, 0
-	}
-	return len(us), stats.Percentile(us, 99)
-}
-
-// bucketPercentile is the p-th percentile, in µs, of the FCTs of bucket b
-// (stats.BucketAll: all of them); 0 with none.
-func bucketPercentile(fcts []stats.FCT, b string, p float64) float64 {
-	us := bucketMicros(fcts, b)
-	if len(us) == 0 {
-		return 0
-	}
-	return stats.Percentile(us, p)
 }
 
 // bucketMicros is the FCTs of bucket b (stats.BucketAll: all of them), in

@@ -227,23 +227,15 @@ func Run(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg Config, prog
 // none. --cc-param (cfg.CCParams) goes over the bench's own parameters for
 // the CCs it attaches. The returned function detaches what it attached.
 func (r *runner) prepareCCs() (func() error, error) {
-	list, err := r.l.List()
-	if err != nil {
-		return func() error { return nil }, fmt.Errorf("list attached CCs: %w", err)
-	}
-	attachedBefore := map[string]bool{}
-	for _, st := range list {
-		attachedBefore[st.Name] = st.Attached
-	}
-	if err := checkCCParams(r.cfg.CCParams, r.cfg.CCs, attachedBefore); err != nil {
-		return func() error { return nil }, err
-	}
-	params := withCCParams(func(cc *loader.CC) map[string]string {
+	params, err := runParams(r.l, r.cfg.CCs, r.cfg.CCParams, func(cc *loader.CC, attachedBefore map[string]bool) map[string]string {
 		if _, has := cc.Param(hostBWParam); has && !attachedBefore[cc.Name] && cc.UsesINT {
 			return map[string]string{hostBWParam: units.FormatBandwidth(r.cfg.RateBps)}
 		}
 		return nil
-	}, r.cfg.CCParams)
+	})
+	if err != nil {
+		return func() error { return nil }, err
+	}
 	return AttachForRun(r.l, r.cfg.CCs, "the bench", params, func(a Attached) {
 		r.params[a.Name] = a.Params
 		if a.AlreadyAttached {
