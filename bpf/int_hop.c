@@ -271,7 +271,7 @@ int int_hop(struct __sk_buff *skb)
 
 	if (p.doff <= 20)
 		return TC_ACT_OK;
-	found = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_FORWARD, 0xff);
+	found = tcp_find_exp_pkt(skb, &p, INT_EXID_FORWARD, 0xff);
 	if (found < 0)
 		return TC_ACT_OK;
 	opt = tcp_exp_off(found);
@@ -306,7 +306,7 @@ int int_hop_ack(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!tcp_parse(skb, &p, &ack) || p.doff <= 20)
 		return TC_ACT_OK;
-	found = tcp_find_exp(skb, p.l4, p.doff, INT_EXID_ECHO, 0xff);
+	found = tcp_find_exp_pkt(skb, &p, INT_EXID_ECHO, 0xff);
 	if (found < 0)
 		return TC_ACT_OK;
 	opt = tcp_exp_off(found);

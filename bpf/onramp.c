@@ -379,7 +379,7 @@ int onramp_egress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	data = payload(skb, &p);
 	if (p.doff > 20)
-		found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+		found = tcp_find_exp_pkt(skb, &p, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
 	if (found < 0 || tcp_exp_id(found) != ONRAMP_EXID_PAD) {
 		if (data > 0 || (p.flags & TCP_PKT_FIN))
 			keep_place(skb, &f);
@@ -661,10 +661,11 @@ int onramp_ingress(struct __sk_buff *skb)
 	__u32 off, len;
 	__s64 found;
 	__u16 exid;
+	__u8 *o;
 
 	if (!tcp_parse(skb, &p, &f) || p.doff <= 20)
 		return TC_ACT_OK;
-	found = tcp_find_exp(skb, p.l4, p.doff, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
+	found = tcp_find_exp_pkt(skb, &p, ONRAMP_EXID_FAMILY, ONRAMP_EXID_MASK);
 	if (found < 0)
 		return TC_ACT_OK;
 	off = tcp_exp_off(found);
@@ -678,8 +679,17 @@ int onramp_ingress(struct __sk_buff *skb)
 		stat_add(&onramp_stats, ONRAMP_STAT_MALFORMED, 1);
 		return TC_ACT_OK;
 	}
-	if (bpf_skb_load_bytes(skb, off, &opt, len == ONRAMP_STAMP_LEN ? ONRAMP_STAMP_LEN : ONRAMP_ECHO_LEN))
-		return TC_ACT_OK;
+	/* Read in place: tcp_parse made the headers linear. */
+	o = (__u8 *)(long)skb->data + (off & 0xff); /* off < ETH_HLEN + 120: the mask bounds it */
+	if (len == ONRAMP_STAMP_LEN) {
+		if (o + ONRAMP_STAMP_LEN > (__u8 *)(long)skb->data_end)
+			return TC_ACT_OK;
+		__builtin_memcpy(&opt, o, ONRAMP_STAMP_LEN);
+	} else {
+		if (o + ONRAMP_ECHO_LEN > (__u8 *)(long)skb->data_end)
+			return TC_ACT_OK;
+		__builtin_memcpy(&opt, o, ONRAMP_ECHO_LEN);
+	}
 	flow_key(&f, false, &k);
 	if (exid == ONRAMP_EXID_STAMP)
 		receive_stamp(&k, &opt);

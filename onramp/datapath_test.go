@@ -292,7 +292,7 @@ func TestDataPath(t *testing.T) {
 		{"BetaEWMA", testBetaEWMA}, {"StaleAndRepeatedEchoes", testStaleAndRepeatedEchoes},
 		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
 		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
-		{"SplitHeaders", testSplitHeaders},
+		{"SplitHeaders", testSplitHeaders}, {"OptionLayouts", testOptionLayouts},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -709,4 +709,65 @@ func testSplitHeaders(t *testing.T, rg *rig) {
 			})
 		})
 	}
+}
+
+// testOptionLayouts: the programs find On-Ramp's option wherever a TCP
+// header may carry it, not only right after the timestamps, where Linux
+// puts it and the programs look first: alone, after SACK blocks, after
+// another experiment's option, after NOPs. Each data segment's PAD
+// becomes a STAMP in place, with a sound checksum, and the receiver takes
+// that STAMP.
+func testOptionLayouts(t *testing.T, rg *rig) {
+	ts := []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}
+	sack := []byte{1, 1, 5, 10, 0, 0, 0x10, 0, 0, 0, 0x20, 0}
+	otherExp := []byte{253, 8, 0xCC, 0x10, 1, 2, 3, 4}
+	for _, c := range conns {
+		for _, l := range []struct {
+			name          string
+			before, after []byte
+		}{
+			{"AfterTimestamps", ts, nil},
+			{"Alone", nil, nil},
+			{"FirstThenTimestamps", nil, ts},
+			{"AfterSACK", append(append([]byte{}, ts...), sack...), nil},
+			{"AfterAnotherExperiment", append(append([]byte{}, ts...), otherExp...), nil},
+			{"AfterNOPs", []byte{1, 1, 1, 1}, nil},
+		} {
+			t.Run(c.name+"/"+l.name, func(t *testing.T) {
+				r := rg.use(t, Config{})
+				r.putClock(c.sender, 0, 200)
+				opts := append(append(append([]byte{}, l.before...), pad(StampLen)...), l.after...)
+				out, _ := r.run(r.objs.OnrampEgress, c.dataWith(opts))
+				if st := optionOf(t, out); st.ExID != ExIDStamp {
+					t.Fatalf("egress left %v, want the PAD turned into a STAMP", st)
+				}
+				at := 14 + 20 + 20
+				if c.sender.Is6() {
+					at = 14 + 40 + 20
+				}
+				if got := out[at : at+len(l.before)]; string(got) != string(l.before) {
+					t.Errorf("options before ours changed: % x, want % x", got, l.before)
+				}
+				if n := r.stat("stamped"); n != 1 {
+					t.Errorf("stamped = %d, want 1", n)
+				}
+				r.run(r.objs.OnrampIngress, out)
+				if f := r.flow(c.key(false)); f.RxFresh != 1 || r.stat("rx_stamps") != 1 {
+					t.Errorf("receiver state %+v, rx_stamps %d: want the STAMP taken", f, r.stat("rx_stamps"))
+				}
+			})
+		}
+	}
+}
+
+// dataWith is a data segment of c from the sender with exactly opts as
+// its options.
+func (c conn) dataWith(opts []byte) []byte {
+	s := testutil.TCPSegment{Sport: c.sport, Dport: c.rpt, Seq: 1000, Ack: 2000, Flags: 0x10, Window: 512,
+		Options: opts, Payload: 1000}
+	if c.sender.Is4() {
+		s.Src, s.Dst = c.sender.As4(), c.receiver.As4()
+		return s.Ethernet()
+	}
+	return s.EthernetIPv6(c.sender.As16(), c.receiver.As16())
 }

@@ -208,6 +208,43 @@ __attribute__((noinline)) __s64 tcp_find_exp(struct __sk_buff *skb, __u32 l4, __
 	return -1;
 }
 
+/*
+ * tcp_find_exp on a segment tcp_parse made linear, reading in place where a
+ * sender puts an option it adds: first in the options area, or right
+ * after the NOP, NOP, timestamps that Linux writes first (BPF-written
+ * options follow the kernel's). Any other layout, and an option there of
+ * another family, takes tcp_find_exp's walk, whose answer it is: in both
+ * places no option comes before. The walk copies the options out and
+ * visits them byte by byte; this costs a few compares.
+ */
+static __always_inline __s64 tcp_find_exp_pkt(struct __sk_buff *skb, const struct tcp_pkt *p, __u32 exid, __u32 mask)
+{
+	__u8 *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u32 optlen = p->doff - 20, at = 0, l;
+	__u8 *o;
+
+	if (p->doff <= 20 || p->doff > 60)
+		return -1;
+	/* tcp_parse_linear bounds l4 the same way. */
+	o = data + (p->l4 & 0x7f) + 20;
+	if (o + TCP_OPT_EXP_HDR > end)
+		goto walk;
+	if (o[0] == 1 && o[1] == 1 && o[2] == 8 && o[3] == 10) {
+		if (optlen < 12 + TCP_OPT_EXP_HDR || o + 12 + TCP_OPT_EXP_HDR > end)
+			goto walk;
+		at = 12;
+		o += 12;
+	}
+	if (o[0] != TCP_OPT_EXP || o[2] != ((exid >> 8) & 0xff) || (o[3] & mask) != (exid & mask))
+		goto walk;
+	l = o[1];
+	if (l < TCP_OPT_EXP_HDR || at + l > optlen)
+		goto walk;
+	return ((__s64)((p->l4 & 0x7f) + 20 + at) << 32) | ((__s64)l << 16) | (((exid & 0xff00) | o[3]) & 0xffff);
+walk:
+	return tcp_find_exp(skb, p->l4, p->doff, exid, mask);
+}
+
 static __always_inline __u32 tcp_exp_off(__s64 r) { return (__u32)(r >> 32) & 0xffff; }
 static __always_inline __u32 tcp_exp_len(__s64 r) { return (r >> 16) & 0xff; }
 static __always_inline __u16 tcp_exp_id(__s64 r) { return r & 0xffff; }
