@@ -170,9 +170,18 @@ func segment(a, b netip.Addr, sport, dport uint16, opt []byte, payload int) []by
 	return segmentFlags(a, b, sport, dport, 0x10, opt, payload)
 }
 
+// tsOpts is the NOP, NOP, timestamps that Linux puts first in a segment's
+// options.
+var tsOpts = []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}
+
 // segmentFlags is segment with the given TCP flags.
 func segmentFlags(a, b netip.Addr, sport, dport uint16, flags uint8, opt []byte, payload int) []byte {
-	opts := append([]byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}, opt...)
+	return segmentOpts(a, b, sport, dport, flags, append(append([]byte{}, tsOpts...), opt...), payload)
+}
+
+// segmentOpts builds a frame from a to b with exactly opts as its TCP
+// options.
+func segmentOpts(a, b netip.Addr, sport, dport uint16, flags uint8, opts []byte, payload int) []byte {
 	s := testutil.TCPSegment{Sport: sport, Dport: dport, Seq: 1000, Ack: 2000, Flags: flags, Window: 512,
 		Options: opts, Payload: payload}
 	if a.Is4() {
@@ -718,7 +727,7 @@ func testSplitHeaders(t *testing.T, rg *rig) {
 // becomes a STAMP in place, with a sound checksum, and the receiver takes
 // that STAMP.
 func testOptionLayouts(t *testing.T, rg *rig) {
-	ts := []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}
+	ts := tsOpts
 	sack := []byte{1, 1, 5, 10, 0, 0, 0x10, 0, 0, 0, 0x20, 0}
 	otherExp := []byte{253, 8, 0xCC, 0x10, 1, 2, 3, 4}
 	for _, c := range conns {
@@ -763,11 +772,5 @@ func testOptionLayouts(t *testing.T, rg *rig) {
 // dataWith is a data segment of c from the sender with exactly opts as
 // its options.
 func (c conn) dataWith(opts []byte) []byte {
-	s := testutil.TCPSegment{Sport: c.sport, Dport: c.rpt, Seq: 1000, Ack: 2000, Flags: 0x10, Window: 512,
-		Options: opts, Payload: 1000}
-	if c.sender.Is4() {
-		s.Src, s.Dst = c.sender.As4(), c.receiver.As4()
-		return s.Ethernet()
-	}
-	return s.EthernetIPv6(c.sender.As16(), c.receiver.As16())
+	return segmentOpts(c.sender, c.receiver, c.sport, c.rpt, 0x10, opts, 1000)
 }
