@@ -405,16 +405,6 @@ static __always_inline void receive_stamp(const struct onramp_flow_key *k, const
 	__s32 owd;
 
 	stat_add(&onramp_stats, ONRAMP_STAT_RX_STAMPS, 1);
-	peer_of(k, &peer);
-	if (clock_offset_at(&clock_offsets, &peer, rx, &offset, &err) != CLOCK_OK) {
-		owd = ONRAMP_NO_CLOCK;
-		stat_add(&onramp_stats, ONRAMP_STAT_RX_NO_CLOCK, 1);
-	} else {
-		/* rx - (tx - offset), mod 2^32: tx is TAI mod 2^32. */
-		owd = (__s32)((__u32)rx - tx + (__u32)offset);
-		if (owd == ONRAMP_NO_CLOCK)
-			owd++;
-	}
 	fl = bpf_map_lookup_elem(&onramp_flows, k);
 	if (!fl) {
 		init.beta = FP_ONE;
@@ -422,6 +412,16 @@ static __always_inline void receive_stamp(const struct onramp_flow_key *k, const
 		fl = bpf_map_lookup_elem(&onramp_flows, k);
 		if (!fl)
 			return;
+	}
+	peer_of(k, &peer);
+	if (clock_offset_cached(&clock_offsets, &peer, &fl->clk, rx, &offset, &err) != CLOCK_OK) {
+		owd = ONRAMP_NO_CLOCK;
+		stat_add(&onramp_stats, ONRAMP_STAT_RX_NO_CLOCK, 1);
+	} else {
+		/* rx - (tx - offset), mod 2^32: tx is TAI mod 2^32. */
+		owd = (__s32)((__u32)rx - tx + (__u32)offset);
+		if (owd == ONRAMP_NO_CLOCK)
+			owd++;
 	}
 	fl->rx_owd = owd;
 	fl->rx_tx = tx;
@@ -479,7 +479,7 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
  * error being this host's estimate of its offset to the peer.
  */
 static __always_inline __u64 threshold(const struct onramp_config *cfg, const struct onramp_peer *pr,
-				       const struct onramp_flow_key *k, __u64 tai)
+				       const struct onramp_flow_key *k, struct onramp_flow *fl, __u64 tai)
 {
 	struct clock_peer peer;
 	__s64 least, offset;
@@ -491,7 +491,7 @@ static __always_inline __u64 threshold(const struct onramp_config *cfg, const st
 	if (least < 0 || least >= 0x7fffffff)
 		return cfg->threshold_ns;
 	peer_of(k, &peer);
-	if (clock_offset_at(&clock_offsets, &peer, tai, &offset, &err) != CLOCK_OK)
+	if (clock_offset_cached(&clock_offsets, &peer, &fl->clk, tai, &offset, &err) != CLOCK_OK)
 		err = 0;
 	return (__u64)least + 2 * (__u64)err;
 }
@@ -598,7 +598,7 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 		flags |= ONRAMP_TRACE_BETA;
 	}
 	p_last = elapsed_pause(fl, now) - pause;
-	t = threshold(cfg, pr, k, tai);
+	t = threshold(cfg, pr, k, fl, tai);
 	if (pr) {
 		pr->last_owd = owd;
 		pr->last_owd_at = now;

@@ -283,3 +283,155 @@ func TestOnRampUpgradeInPlace(t *testing.T) {
 		t.Errorf("the flow across the upgrade arrived corrupt or short: %+v", got[0])
 	}
 }
+
+// TestOnRampUpgradeAcrossLayouts upgrades to a build whose flow table
+// cannot take over the pinned one, as when a release changes
+// struct onramp_flow: the running build's pinned onramp_flows is swapped
+// for a table of another value size before another build (salt 9)
+// enables On-Ramp on the same interfaces. The new build must say that it
+// attached anew and that flows lost their state, and then run whole: its
+// own flow table pinned, both sides attached, a flow stamped, paused and
+// delivered intact, and nothing left once disabled (the cleanup's
+// Disable, and testnet's checks on the pair).
+func TestOnRampUpgradeAcrossLayouts(t *testing.T) {
+	testutil.RequireRoot(t)
+	host := testutil.Host(t)
+	p := testnet.NewPair(t)
+	ends := []struct {
+		h     *testbed.Host
+		iface string
+	}{{p.A, ifaceOf(t, p.A)}, {p.B, ifaceOf(t, p.B)}}
+	old := onramp.New(host)
+	newer := onramp.New(host, onramp.WithBuildSalt(9))
+	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: time.Millisecond, MaxPause: 5 * time.Millisecond}
+	var want *ebpf.MapInfo
+	for _, e := range ends {
+		c := cfg
+		c.Iface = e.iface
+		var st *onramp.Status
+		err := e.h.Do(func() (err error) { st, err = old.Enable(c); return err })
+		if errors.Is(err, qdisc.ErrNoFQ) {
+			testutil.SkipKernelLacks(t, "sch_fq")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := e.h.Do(func() error { _, err := newer.Disable(e.iface); return err }); err != nil {
+				t.Errorf("disable On-Ramp on %s: %v", e.iface, err)
+			}
+		})
+		// An older release's flow table: same name and key, another value.
+		path := filepath.Join(st.PinDir, "onramp_flows")
+		cur, err := ebpf.LoadPinnedMap(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err = cur.Info()
+		cur.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		older, err := ebpf.NewMap(&ebpf.MapSpec{Name: "onramp_flows", Type: ebpf.LRUHash, KeySize: want.KeySize,
+			ValueSize: want.ValueSize - 8, MaxEntries: want.MaxEntries})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cur.Unpin(); err != nil {
+			older.Close()
+			t.Fatal(err)
+		}
+		err = older.Pin(path)
+		older.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var notes []string
+	for _, e := range ends {
+		c := cfg
+		c.Iface = e.iface
+		err := e.h.Do(func() error {
+			st, err := newer.Enable(c)
+			if st != nil {
+				notes = append(notes, st.Notes...)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("upgrade On-Ramp on %s across flow table layouts: %v", e.iface, err)
+		}
+	}
+	t.Logf("notes: %s", strings.Join(notes, "; "))
+	if n := len(slices.DeleteFunc(slices.Clone(notes), func(n string) bool {
+		return !strings.Contains(n, "attached anew, and its flows lost their state")
+	})); n != len(ends) {
+		t.Errorf("%d notes say that On-Ramp was attached anew and flows lost their state, want %d (one per interface)", n, len(ends))
+	}
+
+	var st onramp.Status
+	if err := p.A.Do(func() error {
+		sts, err := newer.Status()
+		if err == nil && len(sts) != 1 {
+			err = errors.New("not one interface")
+		}
+		if err == nil {
+			st = sts[0]
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("status after the upgrade: %v", err)
+	}
+	if st.UpgradeAvailable {
+		t.Errorf("the new build sees an upgrade to make after attaching anew")
+	}
+	flows, err := ebpf.LoadPinnedMap(filepath.Join(st.PinDir, "onramp_flows"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := flows.Info()
+	flows.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ValueSize != want.ValueSize {
+		t.Errorf("pinned flow table has %d-byte values after the upgrade, want this build's %d", info.ValueSize, want.ValueSize)
+	}
+	if err := p.A.Do(func() error {
+		_, err := onRampAttachments(ends[0].iface, st.PinDir, filepath.Join(host.PinRoot(), "onramp", "sockops"))
+		return err
+	}); err != nil {
+		t.Fatalf("after attaching anew: %v", err)
+	}
+
+	// The receiver's clock says every packet took 30 ms: the new build
+	// must stamp, echo and pause the flow.
+	if err := p.B.Do(func() error {
+		return clocksync.PublishFixed(host, []netip.Addr{p.A.Addr}, 30*time.Millisecond, 1000, time.Hour)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sink := testnet.StartSink(t, p.B, p.B.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := testbed.SendFlow(ctx, p.A, sink.Addr, testbed.FlowConfig{CC: "cubic", For: 2 * time.Second, Seed: 9, Timeout: 50 * time.Second}); err != nil {
+		t.Fatalf("a flow after the upgrade: %v", err)
+	}
+	got, err := sink.WaitResults(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].OK {
+		t.Errorf("the flow after the upgrade arrived corrupt or short: %+v", got[0])
+	}
+	if err := p.A.Do(func() error {
+		sts, err := newer.Status()
+		if err == nil && (len(sts) != 1 || sts[0].Pauses == 0) {
+			err = errors.New("no pause")
+		}
+		return err
+	}); err != nil {
+		t.Errorf("the new build on the sender after the flow: %v", err)
+	}
+}

@@ -143,6 +143,14 @@ func (r *rig) putClock(peer netip.Addr, offset int64, errNs uint32) {
 	}
 }
 
+// putClockEntry writes peer's clock entry as given, version included.
+func (r *rig) putClockEntry(peer netip.Addr, v onrampClockOffset) {
+	r.t.Helper()
+	if err := r.objs.ClockOffsets.Put(onrampClockPeer{Addr: peer.As16()}, v); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func taiNow(t testing.TB) uint64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_TAI, &ts); err != nil {
@@ -302,6 +310,7 @@ func TestDataPath(t *testing.T) {
 		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
 		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
 		{"SplitHeaders", testSplitHeaders}, {"OptionLayouts", testOptionLayouts},
+		{"ClockCopy", testClockCopy},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -773,4 +782,78 @@ func testOptionLayouts(t *testing.T, rg *rig) {
 // its options.
 func (c conn) dataWith(opts []byte) []byte {
 	return segmentOpts(c.sender, c.receiver, c.sport, c.rpt, 0x10, opts, 1000)
+}
+
+// testClockCopy: the receiver keeps a copy of the sender's clock entry in
+// the flow (clock_offset_cached in bpf/include/clock.h) and takes the
+// entry's lock only when the entry's version (seq, updated_ns) is not the
+// copy's. A write that changes the version is used from the next stamp on;
+// an entry that goes away or expires gives no clock at once, copy or not.
+func testClockCopy(t *testing.T, rg *rig) {
+	for _, c := range conns {
+		t.Run(c.name, func(t *testing.T) {
+			r := rg.use(t, Config{})
+			now := taiNow(t)
+			entry := onrampClockOffset{Seq: 1, OffsetNs: 0, RefNs: now, ErrorNs: 200, UpdatedNs: now,
+				ValidUntilNs: now + uint64(time.Minute)}
+			r.putClockEntry(c.sender, entry)
+			// owd is the one-way delay of a stamp sent 30 µs ago by a
+			// sender whose clock reads the same as ours.
+			owd := func() int32 {
+				t.Helper()
+				r.run(r.objs.OnrampIngress, c.data(stampOpt(uint32(taiNow(t)-30_000), 0)))
+				return r.flow(c.key(false)).RxOwd
+			}
+			near := func(got int32, want time.Duration) bool {
+				return time.Duration(got) >= want && time.Duration(got) < want+time.Second
+			}
+			if got := owd(); !near(got, 30*time.Microsecond) {
+				t.Fatalf("one-way delay %d ns with offset 0, want 30 µs plus the test's own delay", got)
+			}
+
+			// The same version with another offset: the copy stands.
+			// (The agent never writes so; this shows that the copy is
+			// what the data path reads while the version holds.)
+			same := entry
+			same.OffsetNs = int64(time.Millisecond)
+			r.putClockEntry(c.sender, same)
+			if got := owd(); !near(got, 30*time.Microsecond) {
+				t.Errorf("one-way delay %d ns: the offset of a write without a new version was used", got)
+			}
+
+			// A new version, as every agent write has: used at once.
+			for _, v := range []struct {
+				name string
+				bump func(*onrampClockOffset)
+			}{
+				{"seq", func(e *onrampClockOffset) { e.Seq++ }},
+				{"updated_ns", func(e *onrampClockOffset) { e.UpdatedNs++ }},
+			} {
+				entry.OffsetNs += int64(time.Millisecond)
+				v.bump(&entry)
+				r.putClockEntry(c.sender, entry)
+				want := 30*time.Microsecond + time.Duration(entry.OffsetNs)
+				if got := owd(); !near(got, want) {
+					t.Errorf("after a write with a new %s, one-way delay %d ns, want %v plus the test's own delay", v.name, got, want)
+				}
+			}
+
+			// Gone or expired: no clock, whatever the copy says.
+			if err := r.objs.ClockOffsets.Delete(onrampClockPeer{Addr: c.sender.As16()}); err != nil {
+				t.Fatal(err)
+			}
+			if got := owd(); got != NoClock {
+				t.Errorf("one-way delay %d ns after the entry was deleted, want no clock", got)
+			}
+			entry.Seq++
+			entry.ValidUntilNs = taiNow(t) - 1
+			r.putClockEntry(c.sender, entry)
+			if got := owd(); got != NoClock {
+				t.Errorf("one-way delay %d ns from an expired entry, want no clock", got)
+			}
+			if n := r.stat("rx_no_clock"); n != 2 {
+				t.Errorf("rx_no_clock = %d, want 2", n)
+			}
+		})
+	}
 }

@@ -64,6 +64,16 @@ type onrampOnrampFlow struct {
 	RxTx       uint32
 	RxPause    uint32
 	RxFresh    uint32
+	Clk        struct {
+		_            structs.HostLayout
+		UpdatedNs    uint64
+		Seq          uint32
+		ErrorNs      uint32
+		OffsetNs     int64
+		RefNs        uint64
+		DriftQ32     int64
+		ValidUntilNs uint64
+	}
 }
 
 type onrampOnrampFlowKey struct {

@@ -66,7 +66,7 @@ func guestPackages() []testPackage {
 			"TestDCTCPMatchesKernel", "TestRXTimestampsThroughFQ", "TestClockAgentKeepsStampsOutOfFQ",
 			"TestOnRampIncast", "TestOnRampPauseHoldsFlow", "TestOnRampUnderEveryCC",
 			"TestUpgradeUnderTraffic", "TestDaemonRestartUnderTraffic",
-			"TestKillOnRamp", "TestOnRampUpgradeInPlace",
+			"TestKillOnRamp", "TestOnRampUpgradeInPlace", "TestOnRampUpgradeAcrossLayouts",
 		}, "|") + ")$"},
 		{name: "ccload", path: "cmd/ccload", tests: "^(TestOnRampCLI|TestDaemon|TestDaemonBadConfig|TestDaemonOnRamp)$"},
 		{name: "onramp", path: "onramp", tests: "^(TestDataPath|TestRecover|TestUpgradeInPlace)$"},

@@ -25,7 +25,14 @@
  *          ignored: the agent deletes them at its next window.
  * Reading: take the value's lock (bpf_spin_lock in BPF, BPF_F_LOCK from
  *          user space) while copying, so that no reader sees half of an
- *          update. clock_offset_at does it.
+ *          update. clock_offset_at does it on every read. A reader that
+ *          reads one peer per packet keeps a copy (struct clock_copy,
+ *          clock_offset_cached) and takes the lock only when the entry's
+ *          version, its seq and updated_ns, is not the copy's: a lock
+ *          taken per packet would have every CPU that receives from the
+ *          peer write the entry's cache line.
+ * Writing: every write changes the version: the agent bumps seq and sets
+ *          updated_ns to the time of the write.
  */
 #ifndef CCLOAD_CLOCK_H
 #define CCLOAD_CLOCK_H
@@ -81,6 +88,55 @@ struct clock_offset {
 #define CLOCK_MAX_EXTRAPOLATION_NS (60ULL * 1000000000ULL)
 
 /*
+ * A reader's copy of one entry: what clock_offset_at reads, with the
+ * version (seq, updated_ns) it was copied at. updated_ns 0: no copy yet.
+ */
+struct clock_copy {
+	__u64 updated_ns;
+	__u32 seq;
+	__u32 error_ns;
+	__s64 offset_ns;
+	__u64 ref_ns;
+	__s64 drift_q32;
+	__u64 valid_until_ns;
+};
+
+/*
+ * The offset that copy c gives when this host's clock reads now: its
+ * offset extrapolated with its drift, no further than
+ * CLOCK_MAX_EXTRAPOLATION_NS from ref_ns. CLOCK_OK or CLOCK_EXPIRED.
+ */
+static __always_inline int clock_extrapolate(const struct clock_copy *c, __u64 now, __s64 *offset)
+{
+	__s64 dt;
+
+	if (now > c->valid_until_ns)
+		return CLOCK_EXPIRED;
+	dt = (__s64)(now - c->ref_ns);
+	if (dt > (__s64)CLOCK_MAX_EXTRAPOLATION_NS)
+		dt = CLOCK_MAX_EXTRAPOLATION_NS;
+	if (dt < -(__s64)CLOCK_MAX_EXTRAPOLATION_NS)
+		dt = -(__s64)CLOCK_MAX_EXTRAPOLATION_NS;
+	/* Arithmetic shift of a signed product: rounds toward -inf. */
+	*offset = c->offset_ns + ((dt * c->drift_q32) >> CLOCK_DRIFT_SHIFT);
+	return CLOCK_OK;
+}
+
+/* Copies entry v into c under v's lock. */
+static __always_inline void clock_copy_locked(struct clock_offset *v, struct clock_copy *c)
+{
+	bpf_spin_lock(&v->lock);
+	c->offset_ns = v->offset_ns;
+	c->ref_ns = v->ref_ns;
+	c->drift_q32 = v->drift_q32;
+	c->valid_until_ns = v->valid_until_ns;
+	c->error_ns = v->error_ns;
+	c->seq = v->seq;
+	c->updated_ns = v->updated_ns;
+	bpf_spin_unlock(&v->lock);
+}
+
+/*
  * clock_offset_at: the peer's offset (peer minus here, ns) when this host's
  * clock reads now (CLOCK_TAI ns), and its error bound. map is the clock
  * map. Returns CLOCK_OK, CLOCK_NO_PEER or CLOCK_EXPIRED.
@@ -89,30 +145,39 @@ static __always_inline int clock_offset_at(void *map, const struct clock_peer *p
 					   __u64 now, __s64 *offset, __u32 *error)
 {
 	struct clock_offset *v;
-	__s64 base, drift, dt;
-	__u64 ref, until;
+	struct clock_copy c;
 
 	v = bpf_map_lookup_elem(map, peer);
 	if (!v)
 		return CLOCK_NO_PEER;
-	bpf_spin_lock(&v->lock);
-	base = v->offset_ns;
-	ref = v->ref_ns;
-	drift = v->drift_q32;
-	until = v->valid_until_ns;
-	*error = v->error_ns;
-	bpf_spin_unlock(&v->lock);
+	clock_copy_locked(v, &c);
+	*error = c.error_ns;
+	return clock_extrapolate(&c, now, offset);
+}
 
-	if (now > until)
-		return CLOCK_EXPIRED;
-	dt = (__s64)(now - ref);
-	if (dt > (__s64)CLOCK_MAX_EXTRAPOLATION_NS)
-		dt = CLOCK_MAX_EXTRAPOLATION_NS;
-	if (dt < -(__s64)CLOCK_MAX_EXTRAPOLATION_NS)
-		dt = -(__s64)CLOCK_MAX_EXTRAPOLATION_NS;
-	/* Arithmetic shift of a signed product: rounds toward -inf. */
-	*offset = base + ((dt * drift) >> CLOCK_DRIFT_SHIFT);
-	return CLOCK_OK;
+/*
+ * clock_offset_cached: clock_offset_at through c, a copy that the caller
+ * keeps for the peer (in a map value): the entry is copied into c, under
+ * its lock, only when its version is not c's. Reading the version without
+ * the lock is sound because it only decides whether to copy: what is used
+ * was always copied under the lock, and a version read in the middle of a
+ * write at worst copies once more. Two CPUs that copy into the same c at
+ * the same moment may leave it mixing two versions until the next write;
+ * its user bounds what one wrong offset can do (On-Ramp: max_pause).
+ */
+static __always_inline int clock_offset_cached(void *map, const struct clock_peer *peer, struct clock_copy *c,
+					       __u64 now, __s64 *offset, __u32 *error)
+{
+	struct clock_offset *v;
+
+	v = bpf_map_lookup_elem(map, peer);
+	if (!v)
+		return CLOCK_NO_PEER;
+	if (!c->updated_ns || *(volatile __u64 *)&v->updated_ns != c->updated_ns ||
+	    *(volatile __u32 *)&v->seq != c->seq)
+		clock_copy_locked(v, c);
+	*error = c->error_ns;
+	return clock_extrapolate(c, now, offset);
 }
 
 #endif /* CCLOAD_CLOCK_H */

@@ -14,6 +14,7 @@
 #define CCLOAD_ONRAMP_H
 
 #include "ccload.h"
+#include "clock.h"
 
 /* RFC 6994 ExIDs under kind 253 (TCP_OPT_EXP). */
 #define ONRAMP_EXID_STAMP 0xCC20	/* data: tx time and cumulative pause */
@@ -70,6 +71,8 @@ struct onramp_flow {
 	__u32 rx_tx;		/* its tx */
 	__u32 rx_pause;		/* its pause */
 	__u32 rx_fresh;		/* 1 until an ACK echoes it */
+	/* the peer's clock entry, as last copied (clock_offset_cached) */
+	struct clock_copy clk;
 };
 
 /*
