@@ -450,6 +450,23 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 		if (!pr)
 			return NULL;
 	}
+	if (owd != ONRAMP_NO_CLOCK) {
+		if (cfg->min_window_ns && now - pr->min_start > cfg->min_window_ns) {
+			pr->min_owd_prev = pr->min_owd;
+			pr->min_owd = 0x7fffffff;
+			pr->min_start = now;
+		}
+		if (owd < pr->min_owd)
+			pr->min_owd = owd;
+	}
+	/*
+	 * At most one echo per ONRAMP_PEER_SAMPLE_NS into the histogram and
+	 * counters. Signed: a time another CPU just wrote may be ahead of
+	 * this one's now.
+	 */
+	if ((__s64)(now - *(volatile __u64 *)&pr->sampled_at) < ONRAMP_PEER_SAMPLE_NS)
+		return pr;
+	pr->sampled_at = now;
 	if (owd == ONRAMP_NO_CLOCK) {
 		__sync_fetch_and_add(&pr->no_clock, 1);
 		return pr;
@@ -463,13 +480,6 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 	}
 	/* The mask, not a compare, is what every verifier keeps as a bound. */
 	__sync_fetch_and_add(&pr->hist[b & (ONRAMP_HIST_BUCKETS - 1)], 1);
-	if (cfg->min_window_ns && now - pr->min_start > cfg->min_window_ns) {
-		pr->min_owd_prev = pr->min_owd;
-		pr->min_owd = 0x7fffffff;
-		pr->min_start = now;
-	}
-	if (owd < pr->min_owd)
-		pr->min_owd = owd;
 	return pr;
 }
 
@@ -557,7 +567,7 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	struct onramp_peer *pr;
 	__s32 owd = (__s32)bpf_ntohl(opt->a);
 	__u32 tx = bpf_ntohl(opt->b), pause = bpf_ntohl(opt->c), rtt, age, p_last, flags = 0;
-	__u64 now, tai, t = 0, want = 0, until, added = 0;
+	__u64 now, tai, t = 0, want = 0, until, added = 0, excess;
 
 	if (!cfg)
 		return;
@@ -599,10 +609,17 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	}
 	p_last = elapsed_pause(fl, now) - pause;
 	t = threshold(cfg, pr, k, fl, tai);
-	if (pr) {
+	excess = owd > (__s64)t ? (__u64)owd - t : 0;
+	/*
+	 * The peer's newest excess, for new flows (start_from_peer): at once
+	 * when it turns zero or non-zero, otherwise at most once per
+	 * ONRAMP_PEER_SAMPLE_NS; a zero excess that stays zero needs no write.
+	 */
+	if (pr && ((!excess != !pr->last_excess) ||
+		   (excess && (__s64)(now - pr->last_owd_at) >= ONRAMP_PEER_SAMPLE_NS))) {
 		pr->last_owd = owd;
 		pr->last_owd_at = now;
-		pr->last_excess = owd > (__s64)t ? (__u64)owd - t : 0;
+		pr->last_excess = excess;
 	}
 	want = pause_for(owd, p_last, fl->beta, t, cfg);
 	if (want > cfg->max_pause_ns) {

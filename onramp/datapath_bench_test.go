@@ -1,11 +1,15 @@
 package onramp
 
 import (
+	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkDataPath times On-Ramp's tc programs in the kernel
@@ -86,5 +90,95 @@ func BenchmarkDataPath(b *testing.B) {
 				b.ReportMetric(float64(spent[i].Nanoseconds())/float64(b.N), s.name+"-ns/run")
 			}
 		})
+	}
+}
+
+// BenchmarkFromOnePeer times On-Ramp's ingress on packets from one peer
+// whose connections arrive on every CPU at once, as RSS spreads a peer's
+// connections over a NIC's queues, against the same on one CPU: what the
+// CPUs cost each other through the state they share per peer.
+//
+//   - stamp: the receiver's ingress on a data segment's STAMP, which reads
+//     the peer's clock entry;
+//   - echo: the sender's ingress on an ECHO, which adds the sample to the
+//     peer's statistics (onramp_peers). The same echo, run again, is a
+//     repeated one: after the statistics, the control stops there.
+//
+// Each CPU runs a connection of its own, 1000 runs per
+// BPF_PROG_TEST_RUN; ns/run is the mean over the CPUs. Needs root; run as
+//
+//	go test ./onramp -run '^$' -bench FromOnePeer
+func BenchmarkFromOnePeer(b *testing.B) {
+	rg := newRig(b).use(b, Config{Threshold: time.Millisecond})
+	c := conns[0]
+	rg.putClock(c.sender, 0, 200)
+	rg.putClock(c.receiver, 0, 200)
+	tx := uint32(taiNow(b))
+	for _, step := range []struct {
+		name  string
+		frame func(conn) []byte
+	}{
+		{"stamp", func(c conn) []byte { return c.data(stampOpt(tx, 0)) }},
+		{"echo", func(c conn) []byte { return c.ack(echoOpt(int32(100*time.Microsecond), tx, 0)) }},
+	} {
+		for _, cpus := range []int{1, runtime.NumCPU()} {
+			b.Run(fmt.Sprintf("%s/cpus=%d", step.name, cpus), func(b *testing.B) {
+				frames := make([][]byte, cpus)
+				for i := range cpus {
+					conn := c
+					conn.sport += uint16(i)
+					rg.setFlow(conn.key(true), onrampOnrampFlow{Beta: fpOne})
+					frames[i] = step.frame(conn)
+				}
+				spent := make([]time.Duration, cpus)
+				errs := make([]error, cpus)
+				// Every CPU starts once all are pinned, so that the runs
+				// overlap.
+				var wg, pinned sync.WaitGroup
+				start := make(chan struct{})
+				b.ResetTimer()
+				for i := range cpus {
+					wg.Add(1)
+					pinned.Add(1)
+					go func() {
+						defer wg.Done()
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+						var set unix.CPUSet
+						set.Set(i)
+						err := unix.SchedSetaffinity(0, &set)
+						pinned.Done()
+						<-start
+						if err != nil {
+							errs[i] = fmt.Errorf("pin to CPU %d: %w", i, err)
+							return
+						}
+						for range b.N {
+							ret, d, err := rg.objs.OnrampIngress.Benchmark(frames[i], 1000, nil)
+							if err != nil || ret != 0 {
+								errs[i] = fmt.Errorf("CPU %d: verdict %d, %v; want TC_ACT_OK", i, ret, err)
+								return
+							}
+							spent[i] += d
+						}
+					}()
+				}
+				pinned.Wait()
+				close(start)
+				wg.Wait()
+				b.StopTimer()
+				var sum time.Duration
+				for i := range cpus {
+					if errs[i] != nil {
+						b.Fatal(errs[i])
+					}
+					sum += spent[i]
+				}
+				if n := rg.stat("rx_no_clock") + rg.stat("unknown_flow"); n != 0 {
+					b.Fatalf("%d packets found no clock or no flow: the runs did not take their paths", n)
+				}
+				b.ReportMetric(float64(sum.Nanoseconds())/float64(b.N*cpus), "ns/run")
+			})
+		}
 	}
 }

@@ -132,6 +132,23 @@ func (r *rig) setFlow(k onrampOnrampFlowKey, f onrampOnrampFlow) {
 	}
 }
 
+// peer returns the statistics the rig keeps of peer.
+func (r *rig) peer(peer netip.Addr) onrampOnrampPeer {
+	r.t.Helper()
+	var p onrampOnrampPeer
+	if err := r.objs.OnrampPeers.Lookup(onrampClockPeer{Addr: peer.As16()}, &p); err != nil {
+		r.t.Fatalf("peer %v: %v", peer, err)
+	}
+	return p
+}
+
+func (r *rig) setPeer(peer netip.Addr, p onrampOnrampPeer) {
+	r.t.Helper()
+	if err := r.objs.OnrampPeers.Put(onrampClockPeer{Addr: peer.As16()}, p); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // putClock publishes peer's offset (peer's clock minus ours) in the rig's
 // clock map, valid for a minute.
 func (r *rig) putClock(peer netip.Addr, offset int64, errNs uint32) {
@@ -310,7 +327,7 @@ func TestDataPath(t *testing.T) {
 		{"MalformedOptions", testMalformedOptions}, {"DepartureNeverGoesBackwards", testDepartureNeverGoesBackwards},
 		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
 		{"SplitHeaders", testSplitHeaders}, {"OptionLayouts", testOptionLayouts},
-		{"ClockCopy", testClockCopy},
+		{"ClockCopy", testClockCopy}, {"PeerSampling", testPeerSampling},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -856,4 +873,71 @@ func testClockCopy(t *testing.T, rg *rig) {
 			}
 		})
 	}
+}
+
+// testPeerSampling: a peer's histogram and counters take at most one echo
+// per ONRAMP_PEER_SAMPLE_NS (its sampled_at), while its least delay takes
+// every echo; its newest excess over T is written at once when it turns
+// zero or non-zero, and otherwise no more often than the histogram. The
+// test sets the times the program compares against to a minute ahead
+// (taken just now) or to 0 (long ago), so that no run is too slow for it.
+func testPeerSampling(t *testing.T, rg *rig) {
+	for _, c := range conns {
+		t.Run(c.name, func(t *testing.T) {
+			r := rg.use(t, Config{Threshold: 100 * time.Microsecond, MaxPause: 50 * time.Millisecond})
+			k := c.key(true)
+			echo := func(owd time.Duration) onrampOnrampPeer {
+				t.Helper()
+				r.setFlow(k, onrampOnrampFlow{Beta: fpOne})
+				r.run(r.objs.OnrampIngress, echoAt(t, c, owd, owd+20*time.Microsecond, 0))
+				return r.peer(c.receiver)
+			}
+			ahead := func(p onrampOnrampPeer) onrampOnrampPeer {
+				p.SampledAt = monoNow() + uint64(time.Minute)
+				p.LastOwdAt = p.SampledAt
+				r.setPeer(c.receiver, p)
+				return p
+			}
+			p := echo(400 * time.Microsecond)
+			if p.Samples != 1 || p.MinOwd != int64(400*time.Microsecond) || p.LastExcess != uint64(300*time.Microsecond) {
+				t.Fatalf("first echo: samples %d, least %d, excess %d; want 1, 400 µs, 300 µs", p.Samples, p.MinOwd, p.LastExcess)
+			}
+			// Sampled just now: the histogram and the excess wait, the
+			// least delay does not.
+			ahead(p)
+			p = echo(300 * time.Microsecond)
+			if p.Samples != 1 || histTotal(p.Hist[:]) != 1 {
+				t.Errorf("an echo within the sampling interval went into the histogram: samples %d, histogram %d", p.Samples, histTotal(p.Hist[:]))
+			}
+			if p.MinOwd != int64(300*time.Microsecond) {
+				t.Errorf("least delay %d, want every echo's least, 300 µs", p.MinOwd)
+			}
+			if p.LastExcess != uint64(300*time.Microsecond) {
+				t.Errorf("excess %d written within the interval, want the one before, 300 µs", p.LastExcess)
+			}
+			// Under T: the excess turns zero, written at once.
+			ahead(p)
+			if p = echo(50 * time.Microsecond); p.LastExcess != 0 {
+				t.Errorf("excess %d after an echo under T, want 0 at once", p.LastExcess)
+			}
+			// Over T again: written at once too.
+			ahead(p)
+			if p = echo(2 * time.Millisecond); p.LastExcess != uint64(1900*time.Microsecond) {
+				t.Errorf("excess %d after an echo 1.9 ms over T, want it at once", p.LastExcess)
+			}
+			// Long after the last sample: the next echo is taken.
+			p.SampledAt = 0
+			r.setPeer(c.receiver, p)
+			if p = echo(500 * time.Microsecond); p.Samples != 2 || histTotal(p.Hist[:]) != 2 {
+				t.Errorf("an echo after the interval: samples %d, histogram %d; want 2, 2", p.Samples, histTotal(p.Hist[:]))
+			}
+		})
+	}
+}
+
+func histTotal(h []uint32) (n uint64) {
+	for _, c := range h {
+		n += uint64(c)
+	}
+	return n
 }

@@ -108,6 +108,7 @@ type onrampOnrampPeer struct {
 	LastOwd    int64
 	LastOwdAt  uint64
 	LastExcess uint64
+	SampledAt  uint64
 	Hist       [256]uint32
 }
 

@@ -160,18 +160,31 @@ static __always_inline __u64 onramp_held_us(const struct onramp_holds *h, __u64 
 #define ONRAMP_HIST_SUB_BITS 3
 #define ONRAMP_HIST_BUCKETS 256	/* a power of two (indexes are masked); the last holds 2^35 ns and more */
 
+/*
+ * A peer's histogram and counters take at most one echo per this many ns
+ * (onramp_peer.sampled_at): every CPU that receives the peer's echoes
+ * would otherwise write its entry on every echo, and each such write
+ * takes the entry's cache lines from the other CPUs
+ * (BenchmarkFromOnePeer in onramp). The least delay, for the automatic
+ * threshold, still sees every echo; the newest excess over T, which new
+ * flows start from, is written when it turns zero or non-zero, and
+ * otherwise at most as often.
+ */
+#define ONRAMP_PEER_SAMPLE_NS (100 * 1000)
+
 struct onramp_peer {
-	__u64 samples;		/* echoes used */
-	__u64 no_clock;		/* echoes that said the receiver had no offset for us */
+	__u64 samples;		/* echoes the histogram took (ONRAMP_PEER_SAMPLE_NS) */
+	__u64 no_clock;		/* ... of them, those that said the receiver had no offset for us */
 	__u64 pauses;
 	__u64 pause_ns;
-	__u64 negative;		/* samples below zero (clock error) */
+	__u64 negative;		/* ... samples below zero (clock error) */
 	__s64 min_owd;		/* least one-way delay in the current window */
 	__s64 min_owd_prev;	/* ... and in the previous one */
 	__u64 min_start;	/* MONO: when the current window began */
-	__s64 last_owd;		/* the newest one-way delay an echo brought */
+	__s64 last_owd;		/* the newest one-way delay an echo brought (ONRAMP_PEER_SAMPLE_NS) */
 	__u64 last_owd_at;	/* MONO: when */
 	__u64 last_excess;	/* its excess over the peer's threshold, ns (0: none) */
+	__u64 sampled_at;	/* MONO: when the histogram last took an echo (beside last_owd_at: one cache line) */
 	__u32 hist[ONRAMP_HIST_BUCKETS];
 };
 
