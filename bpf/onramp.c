@@ -613,10 +613,13 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	/*
 	 * The peer's newest excess, for new flows (start_from_peer): at once
 	 * when it turns zero or non-zero, otherwise at most once per
-	 * ONRAMP_PEER_SAMPLE_NS; a zero excess that stays zero needs no write.
+	 * ONRAMP_PEER_SAMPLE_NS, or per max_pause if that is shorter, so that
+	 * it never looks older than start_from_peer takes; a zero excess that
+	 * stays zero needs no write.
 	 */
 	if (pr && ((!excess != !pr->last_excess) ||
-		   (excess && (__s64)(now - pr->last_owd_at) >= ONRAMP_PEER_SAMPLE_NS))) {
+		   (excess && (__s64)(now - pr->last_owd_at) >=
+				      (__s64)min_u64(ONRAMP_PEER_SAMPLE_NS, cfg->max_pause_ns)))) {
 		pr->last_owd = owd;
 		pr->last_owd_at = now;
 		pr->last_excess = excess;

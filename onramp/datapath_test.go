@@ -931,6 +931,17 @@ func testPeerSampling(t *testing.T, rg *rig) {
 			if p = echo(500 * time.Microsecond); p.Samples != 2 || histTotal(p.Hist[:]) != 2 {
 				t.Errorf("an echo after the interval: samples %d, histogram %d; want 2, 2", p.Samples, histTotal(p.Hist[:]))
 			}
+
+			// With a max pause under the interval, the excess is
+			// written once per max pause: new flows take an excess at
+			// most four max pauses old.
+			r.use(t, Config{Threshold: 100 * time.Microsecond, MaxPause: 10 * time.Microsecond})
+			p = echo(400 * time.Microsecond)
+			p.LastOwdAt = monoNow() - uint64(50*time.Microsecond)
+			r.setPeer(c.receiver, p)
+			if p = echo(600 * time.Microsecond); p.LastExcess != uint64(500*time.Microsecond) {
+				t.Errorf("excess %d 50 µs after the last write with a 10 µs max pause, want it written, 500 µs", p.LastExcess)
+			}
 		})
 	}
 }

@@ -168,7 +168,7 @@ static __always_inline __u64 onramp_held_us(const struct onramp_holds *h, __u64 
  * (BenchmarkFromOnePeer in onramp). The least delay, for the automatic
  * threshold, still sees every echo; the newest excess over T, which new
  * flows start from, is written when it turns zero or non-zero, and
- * otherwise at most as often.
+ * otherwise at most as often (or once per max_pause, if that is shorter).
  */
 #define ONRAMP_PEER_SAMPLE_NS (100 * 1000)
 
