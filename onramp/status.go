@@ -85,7 +85,11 @@ type NoSpace struct {
 	Combined uint64 `json:"total"`
 }
 
-// PeerStatus is what the echoes said about one peer.
+// PeerStatus is what the echoes said about one peer. Samples, NoClock,
+// Negative and the percentiles are of the echoes the peer's histogram
+// took: at most one per 100 µs (ONRAMP_PEER_SAMPLE_NS in
+// bpf/include/onramp.h), so that the CPUs receiving the peer's echoes do
+// not all write its entry on every echo.
 type PeerStatus struct {
 	Peer     netip.Addr `json:"peer"`
 	Samples  uint64     `json:"samples"`

@@ -161,9 +161,10 @@ static __always_inline int clock_offset_at(void *map, const struct clock_peer *p
  * its lock, only when its version is not c's. Reading the version without
  * the lock is sound because it only decides whether to copy: what is used
  * was always copied under the lock, and a version read in the middle of a
- * write at worst copies once more. Two CPUs that copy into the same c at
- * the same moment may leave it mixing two versions until the next write;
- * its user bounds what one wrong offset can do (On-Ramp: max_pause).
+ * write at worst copies once more. Copies into one c are serialized by
+ * the entry's lock, but a reader on another CPU that reads c while it is
+ * being copied may take one offset from a mix of two versions; c's user
+ * bounds what one wrong offset can do (On-Ramp: max_pause).
  */
 static __always_inline int clock_offset_cached(void *map, const struct clock_peer *peer, struct clock_copy *c,
 					       __u64 now, __s64 *offset, __u32 *error)

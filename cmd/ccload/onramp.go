@@ -156,7 +156,8 @@ attached, its qdisc and parameters; flows paused now, pauses and total pause
 time, the median β over flows that paused; segments on which On-Ramp's or
 INT's option found no room; and per peer this host sends to, the one-way
 delay's p50 and p99 (to 1/8 of the value), the least recent one, samples
-and echoes without a clock offset.`,
+and echoes without a clock offset. A peer's samples are at most one echo
+per 100 µs; the least delay takes every echo.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			sts, err := a.onRamp().Status()
