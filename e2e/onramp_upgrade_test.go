@@ -105,6 +105,65 @@ func programMaps(id ebpf.ProgramID) (map[string]ebpf.MapID, error) {
 	return out, nil
 }
 
+// onRampEnd is one end of a pair with On-Ramp: its host, its interface,
+// and the directory of its pins.
+type onRampEnd struct {
+	h      *testbed.Host
+	iface  string
+	pinDir string
+}
+
+// enableOnRampEnds enables On-Ramp with o and cfg on both ends of p, and
+// disables it with off when the test ends (the build that will have it
+// then). It skips the test on a kernel without sch_fq.
+func enableOnRampEnds(t *testing.T, p *testbed.Pair, o, off *onramp.OnRamp, cfg onramp.Config) []onRampEnd {
+	t.Helper()
+	ends := []onRampEnd{{h: p.A, iface: ifaceOf(t, p.A)}, {h: p.B, iface: ifaceOf(t, p.B)}}
+	for i := range ends {
+		e := &ends[i]
+		c := cfg
+		c.Iface = e.iface
+		var st *onramp.Status
+		err := e.h.Do(func() (err error) { st, err = o.Enable(c); return err })
+		if errors.Is(err, qdisc.ErrNoFQ) {
+			testutil.SkipKernelLacks(t, "sch_fq")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.pinDir = st.PinDir
+		t.Cleanup(func() {
+			if err := e.h.Do(func() error { _, err := off.Disable(e.iface); return err }); err != nil {
+				t.Errorf("disable On-Ramp on %s: %v", e.iface, err)
+			}
+		})
+	}
+	return ends
+}
+
+// upgradeOnRampEnds enables On-Ramp with newer on every end that has it,
+// as a newer ccload does, and returns the notes of the upgrades.
+func upgradeOnRampEnds(t *testing.T, ends []onRampEnd, newer *onramp.OnRamp, cfg onramp.Config) []string {
+	t.Helper()
+	var notes []string
+	for _, e := range ends {
+		c := cfg
+		c.Iface = e.iface
+		err := e.h.Do(func() error {
+			st, err := newer.Enable(c)
+			if st != nil {
+				notes = append(notes, st.Notes...)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("upgrade On-Ramp on %s: %v", e.iface, err)
+		}
+	}
+	t.Logf("notes: %s", strings.Join(notes, "; "))
+	return notes
+}
+
 // TestOnRampUpgradeInPlace swaps another build of On-Ramp (salt 7: a
 // different object identity) in for the one running, on both ends of a
 // flow that On-Ramp keeps pausing (the receiver's clock says every packet
@@ -119,29 +178,10 @@ func TestOnRampUpgradeInPlace(t *testing.T) {
 	testutil.RequireRoot(t)
 	host := testutil.Host(t)
 	p := testnet.NewPair(t)
-	ends := []struct {
-		h     *testbed.Host
-		iface string
-	}{{p.A, ifaceOf(t, p.A)}, {p.B, ifaceOf(t, p.B)}}
 	old := onramp.New(host)
 	newer := onramp.New(host, onramp.WithBuildSalt(7))
 	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: time.Millisecond, MaxPause: 5 * time.Millisecond}
-	for _, e := range ends {
-		c := cfg
-		c.Iface = e.iface
-		err := e.h.Do(func() error { _, err := old.Enable(c); return err })
-		if errors.Is(err, qdisc.ErrNoFQ) {
-			testutil.SkipKernelLacks(t, "sch_fq")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := e.h.Do(func() error { _, err := old.Disable(e.iface); return err }); err != nil {
-				t.Errorf("disable On-Ramp on %s: %v", e.iface, err)
-			}
-		})
-	}
+	ends := enableOnRampEnds(t, p, old, old, cfg)
 	err := p.B.Do(func() error {
 		return clocksync.PublishFixed(host, []netip.Addr{p.A.Addr}, 30*time.Millisecond, 1000, time.Hour)
 	})
@@ -210,22 +250,7 @@ func TestOnRampUpgradeInPlace(t *testing.T) {
 		}
 	}
 
-	var notes []string
-	for _, e := range ends {
-		c := cfg
-		c.Iface = e.iface
-		err := e.h.Do(func() error {
-			st, err := newer.Enable(c)
-			if st != nil {
-				notes = append(notes, st.Notes...)
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatalf("upgrade On-Ramp on %s: %v", e.iface, err)
-		}
-	}
-	t.Logf("notes: %s", strings.Join(notes, "; "))
+	notes := upgradeOnRampEnds(t, ends, newer, cfg)
 	for _, want := range []string{"upgraded On-Ramp's tc programs", "upgraded On-Ramp's sockops program"} {
 		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("no note says %q", want)
@@ -297,32 +322,14 @@ func TestOnRampUpgradeAcrossLayouts(t *testing.T) {
 	testutil.RequireRoot(t)
 	host := testutil.Host(t)
 	p := testnet.NewPair(t)
-	ends := []struct {
-		h     *testbed.Host
-		iface string
-	}{{p.A, ifaceOf(t, p.A)}, {p.B, ifaceOf(t, p.B)}}
 	old := onramp.New(host)
 	newer := onramp.New(host, onramp.WithBuildSalt(9))
 	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: time.Millisecond, MaxPause: 5 * time.Millisecond}
+	ends := enableOnRampEnds(t, p, old, newer, cfg)
 	var want *ebpf.MapInfo
 	for _, e := range ends {
-		c := cfg
-		c.Iface = e.iface
-		var st *onramp.Status
-		err := e.h.Do(func() (err error) { st, err = old.Enable(c); return err })
-		if errors.Is(err, qdisc.ErrNoFQ) {
-			testutil.SkipKernelLacks(t, "sch_fq")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := e.h.Do(func() error { _, err := newer.Disable(e.iface); return err }); err != nil {
-				t.Errorf("disable On-Ramp on %s: %v", e.iface, err)
-			}
-		})
 		// An older release's flow table: same name and key, another value.
-		path := filepath.Join(st.PinDir, "onramp_flows")
+		path := filepath.Join(e.pinDir, "onramp_flows")
 		cur, err := ebpf.LoadPinnedMap(path, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -348,22 +355,7 @@ func TestOnRampUpgradeAcrossLayouts(t *testing.T) {
 		}
 	}
 
-	var notes []string
-	for _, e := range ends {
-		c := cfg
-		c.Iface = e.iface
-		err := e.h.Do(func() error {
-			st, err := newer.Enable(c)
-			if st != nil {
-				notes = append(notes, st.Notes...)
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatalf("upgrade On-Ramp on %s across flow table layouts: %v", e.iface, err)
-		}
-	}
-	t.Logf("notes: %s", strings.Join(notes, "; "))
+	notes := upgradeOnRampEnds(t, ends, newer, cfg)
 	if n := len(slices.DeleteFunc(slices.Clone(notes), func(n string) bool {
 		return !strings.Contains(n, "attached anew, and its flows lost their state")
 	})); n != len(ends) {
