@@ -377,9 +377,9 @@ func runKernel(ctx context.Context, o options, spec kernelSpec, work, logs strin
 		// the boot loader for 13 minutes; on 2026-11-28, both CPUs of a
 		// 6.1 guest stuck for minutes in kworkers during
 		// TestRXTimestampsThroughFQ/bridge, which had passed in every
-		// run before. On 2026-11-29, 6 of 44 boots of the 6.12 guest
+		// run before. On 2026-11-29, 6 of 42 boots of the 6.12 guest
 		// panicked (a double fault in kmem_cache_alloc_node, whose saved
-		// EFLAGS held bits of RAX, or a fault in sched_clock_cpu), three
+		// EFLAGS held bits of RAX, or a fault in sched_clock_cpu), four
 		// of them running code from before that day's changes, and one
 		// run's second boot panicked too. A panic or lockup our programs
 		// cause comes again on every boot and still fails the run.
