@@ -154,10 +154,8 @@ func (r *rig) setPeer(peer netip.Addr, p onrampOnrampPeer) {
 func (r *rig) putClock(peer netip.Addr, offset int64, errNs uint32) {
 	r.t.Helper()
 	now := taiNow(r.t)
-	v := onrampClockOffset{OffsetNs: offset, RefNs: now, ErrorNs: errNs, UpdatedNs: now, ValidUntilNs: now + uint64(time.Minute)}
-	if err := r.objs.ClockOffsets.Put(onrampClockPeer{Addr: peer.As16()}, v); err != nil {
-		r.t.Fatal(err)
-	}
+	r.putClockEntry(peer, onrampClockOffset{OffsetNs: offset, RefNs: now, ErrorNs: errNs, UpdatedNs: now,
+		ValidUntilNs: now + uint64(time.Minute)})
 }
 
 // putClockEntry writes peer's clock entry as given, version included.
@@ -892,11 +890,10 @@ func testPeerSampling(t *testing.T, rg *rig) {
 				r.run(r.objs.OnrampIngress, echoAt(t, c, owd, owd+20*time.Microsecond, 0))
 				return r.peer(c.receiver)
 			}
-			ahead := func(p onrampOnrampPeer) onrampOnrampPeer {
+			ahead := func(p onrampOnrampPeer) {
 				p.SampledAt = monoNow() + uint64(time.Minute)
 				p.LastOwdAt = p.SampledAt
 				r.setPeer(c.receiver, p)
-				return p
 			}
 			p := echo(400 * time.Microsecond)
 			if p.Samples != 1 || p.MinOwd != int64(400*time.Microsecond) || p.LastExcess != uint64(300*time.Microsecond) {
@@ -944,11 +941,4 @@ func testPeerSampling(t *testing.T, rg *rig) {
 			}
 		})
 	}
-}
-
-func histTotal(h []uint32) (n uint64) {
-	for _, c := range h {
-		n += uint64(c)
-	}
-	return n
 }

@@ -265,13 +265,18 @@ func bucketRange(i int) (lo, hi int64) {
 	return lo, lo + 1<<shift
 }
 
+// histTotal is the number of samples in the histogram.
+func histTotal(hist []uint32) (n uint64) {
+	for _, c := range hist {
+		n += uint64(c)
+	}
+	return n
+}
+
 // histQuantile is the q quantile of the histogram, as its bucket's
 // middle; -1 when it is empty.
 func histQuantile(hist []uint32, q float64) int64 {
-	var total uint64
-	for _, c := range hist {
-		total += uint64(c)
-	}
+	total := histTotal(hist)
 	if total == 0 {
 		return -1
 	}
