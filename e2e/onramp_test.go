@@ -375,6 +375,8 @@ func TestOnRampIncast(t *testing.T) {
 // fq after it; the ones already there (TCP small queues lets a flow keep
 // about two GSO packets in the qdisc) leave at their time, so the hold is
 // only as tight as the GSO size is small (docs/onramp.md): 8 KiB here.
+// After the first held flow, status names the receiver as a peer whose
+// median one-way delay is above T.
 //
 // θ-PowerTCP, attached after On-Ramp, runs the same two flows, and then the
 // held one again with onramp_holds set: by default it takes its RTT
@@ -449,12 +451,32 @@ func TestOnRampPauseHoldsFlow(t *testing.T) {
 		after := thetaStats()
 		return d, after["rtt_samples"] - before["rtt_samples"], after["rtt_held"] - before["rtt_held"], rtts
 	}
+	// status, right after the first held flow, when every echo the sender
+	// has had said 30 ms against T = 1 ms: it names the receiver as a peer
+	// whose median delay is above T.
+	checkSteadyNote := func() {
+		var st []onramp.Status
+		if err := s.Do(func() (err error) { st, err = or.Status(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		want := "peer " + d.Receiver.Addr.String() + ": the median one-way delay"
+		for _, n := range st[0].Notes {
+			if strings.Contains(n, want) {
+				t.Logf("status: %s", n)
+				return
+			}
+		}
+		t.Errorf("status after a flow held at every echo does not say that the median delay is above T: notes %q, peers %+v", st[0].Notes, st[0].PeerStats)
+	}
 	var lines []string
 	seed := uint64(1)
-	for _, cc := range []string{"cubic", "reno", "theta_powertcp"} {
+	for i, cc := range []string{"cubic", "reno", "theta_powertcp"} {
+		held, samples, unheld, rtts := heldFlow(cc, seed+1)
+		if i == 0 {
+			checkSteadyNote()
+		}
 		publish(0)
 		free := send(cc, seed)
-		held, samples, unheld, rtts := heldFlow(cc, seed+1)
 		seed += 2
 		lines = append(lines, fmt.Sprintf("%s: %v with a true clock, %v with one 30 ms off", cc, free.Round(time.Millisecond), held.Round(time.Millisecond)))
 		if cc == "theta_powertcp" {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -189,7 +190,37 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 	if err := o.readPeers(dir, &st); err != nil {
 		note("cannot read the peers: %v", err)
 	}
+	st.Notes = append(st.Notes, steadyQueueNotes(st.Settings, st.PeerStats)...)
 	return st
+}
+
+// steadyMinSamples is how many echoes a peer's histogram must hold before
+// status judges its median one-way delay against the threshold.
+const steadyMinSamples = 100
+
+// steadyQueueNotes names the peers whose median one-way delay is above a
+// fixed threshold: most of their echoes ask for a pause, not only those
+// of transients, because the CCs of the flows to them keep a queue above
+// T, or because a wrong clock offset reads one. On-Ramp then acts as a
+// delay controller on those flows all the time, which is not what the
+// threshold was chosen for (docs/onramp.md). An automatic threshold sits
+// a little above each peer's least delay by design, so it is not judged.
+func steadyQueueNotes(s Settings, peers []PeerStatus) []string {
+	if s.AutoThreshold || s.ThresholdNs == 0 {
+		return nil
+	}
+	t := time.Duration(s.ThresholdNs)
+	var notes []string
+	for _, p := range peers {
+		if p.Samples < steadyMinSamples || p.OWDP50Ns <= int64(t) {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("peer %s: the median one-way delay of its echoes, %v, is above the threshold %v: "+
+			"most of them ask for a pause, not only those of transients: the CCs of flows to it keep a queue above T, "+
+			"or its clock offset is wrong (ccload clock status); see docs/onramp.md, \"Choosing T\"",
+			p.Peer, time.Duration(p.OWDP50Ns), t))
+	}
+	return notes
 }
 
 // readFlows counts flows, paused ones, and β's median.
