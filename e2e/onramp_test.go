@@ -17,11 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/ccload/ccload/clocksync"
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/loader"
+	"github.com/ccload/ccload/metrics"
 	"github.com/ccload/ccload/onramp"
 	"github.com/ccload/ccload/qdisc"
 	"github.com/ccload/ccload/telemetry/sockops"
@@ -376,7 +380,7 @@ func TestOnRampIncast(t *testing.T) {
 // about two GSO packets in the qdisc) leave at their time, so the hold is
 // only as tight as the GSO size is small (docs/onramp.md): 8 KiB here.
 // After the first held flow, status names the receiver as a peer whose
-// median one-way delay is above T.
+// median one-way delay is above T, and the metrics count one such peer.
 //
 // θ-PowerTCP, attached after On-Ramp, runs the same two flows, and then the
 // held one again with onramp_holds set: by default it takes its RTT
@@ -451,13 +455,16 @@ func TestOnRampPauseHoldsFlow(t *testing.T) {
 		after := thetaStats()
 		return d, after["rtt_samples"] - before["rtt_samples"], after["rtt_held"] - before["rtt_held"], rtts
 	}
-	// status, right after the first held flow, when every echo the sender
-	// has had said 30 ms against T = 1 ms: it names the receiver as a peer
-	// whose median delay is above T.
+	// status and the metrics, right after the first held flow, when every
+	// echo the sender has had said 30 ms against T = 1 ms: they name, and
+	// count, the receiver as a peer whose median delay is above T.
 	checkSteadyNote := func() {
 		var st []onramp.Status
 		if err := s.Do(func() (err error) { st, err = or.Status(); return err }); err != nil {
 			t.Fatal(err)
+		}
+		if got := gaugeIn(t, s, host, "ccload_onramp_peers_above_threshold", iface); got != 1 {
+			t.Errorf("ccload_onramp_peers_above_threshold{iface=%q} = %v after a flow held at every echo, want 1", iface, got)
 		}
 		want := "peer " + d.Receiver.Addr.String() + ": the median one-way delay"
 		for _, n := range st[0].Notes {
@@ -522,6 +529,43 @@ func TestOnRampPauseHoldsFlow(t *testing.T) {
 			t.Fatalf("a flow arrived corrupt or short: %+v", r)
 		}
 	}
+}
+
+// gaugeIn is the value of the gauge name for interface iface, as the
+// daemon's metrics collector reads it in h's network namespace, or -1
+// when it has no such series.
+func gaugeIn(t *testing.T, h *testbed.Host, host kernel.Host, name, iface string) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric)
+	var got []prometheus.Metric
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for m := range ch {
+			got = append(got, m)
+		}
+	}()
+	err := h.Do(func() error { metrics.NewCollector(host).Collect(ch); return nil })
+	close(ch)
+	<-drained
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range got {
+		if !strings.Contains(m.Desc().String(), `fqName: "`+name+`"`) {
+			continue
+		}
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range pb.GetLabel() {
+			if l.GetName() == "iface" && l.GetValue() == iface {
+				return pb.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }
 
 // traceRTTs collects the RTTs the attached CC cc traces into rtts, when

@@ -208,6 +208,7 @@ func (c *Collector) collectOnRamp(s *scrape) error {
 		s.emit(fs.onrampDelayed, float64(st.Stats["delayed"]), labels...)
 		s.emit(fs.onrampStampsNoClock, float64(st.Stats["rx_no_clock"]), labels...)
 		s.emit(fs.onrampEchoesNoClock, float64(st.Stats["no_clock"]), labels...)
+		s.emit(fs.onrampPeersAboveThreshold, float64(st.PeersAboveThreshold), labels...)
 		for option, v := range map[string]uint64{
 			"stamp":    st.NoSpace.Stamp,
 			"echo":     st.NoSpace.Echo,

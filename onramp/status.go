@@ -62,6 +62,9 @@ type Status struct {
 	NoSpace NoSpace `json:"no_space"`
 	// PeerStats are the one-way delays per peer this host sends to.
 	PeerStats []PeerStatus `json:"peer_stats"`
+	// PeersAboveThreshold counts the peers of PeerStats that are
+	// AboveThreshold; a note names each.
+	PeersAboveThreshold int `json:"peers_above_threshold"`
 	// Stats are the raw counters, the interface's and the host's sockops
 	// program's together.
 	Stats map[string]uint64 `json:"stats"`
@@ -105,6 +108,11 @@ type PeerStatus struct {
 	MinOWDNs     int64   `json:"min_owd_ns"`
 	Pauses       uint64  `json:"pauses"`
 	PauseSeconds float64 `json:"pause_seconds"`
+	// AboveThreshold reports that the median one-way delay, over at least
+	// 100 sampled echoes, is above a fixed threshold: most of the peer's
+	// echoes ask for a pause (see markAboveThreshold). Never set with
+	// --threshold auto.
+	AboveThreshold bool `json:"above_threshold"`
 }
 
 // Status reports On-Ramp on every interface of the calling thread's
@@ -190,7 +198,12 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 	if err := o.readPeers(dir, &st); err != nil {
 		note("cannot read the peers: %v", err)
 	}
-	st.Notes = append(st.Notes, steadyQueueNotes(st.Settings, st.PeerStats)...)
+	st.Notes = append(st.Notes, markAboveThreshold(st.Settings, st.PeerStats)...)
+	for _, p := range st.PeerStats {
+		if p.AboveThreshold {
+			st.PeersAboveThreshold++
+		}
+	}
 	return st
 }
 
@@ -198,23 +211,26 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 // status judges its median one-way delay against the threshold.
 const steadyMinSamples = 100
 
-// steadyQueueNotes names the peers whose median one-way delay is above a
-// fixed threshold: most of their echoes ask for a pause, not only those
-// of transients, because the CCs of the flows to them keep a queue above
-// T, or because a wrong clock offset reads one. On-Ramp then acts as a
-// delay controller on those flows all the time, which is not what the
-// threshold was chosen for (docs/onramp.md). An automatic threshold sits
-// a little above each peer's least delay by design, so it is not judged.
-func steadyQueueNotes(s Settings, peers []PeerStatus) []string {
+// markAboveThreshold marks the peers whose median one-way delay is above a
+// fixed threshold (AboveThreshold), and returns a note for each: most of
+// their echoes ask for a pause, not only those of transients, because the
+// CCs of the flows to them keep a queue above T, or because a wrong clock
+// offset reads one. On-Ramp then acts as a delay controller on those
+// flows all the time, which is not what the threshold was chosen for
+// (docs/onramp.md, "Choosing T"). An automatic threshold sits a little
+// above each peer's least delay by design, so it is not judged.
+func markAboveThreshold(s Settings, peers []PeerStatus) []string {
 	if s.AutoThreshold || s.ThresholdNs == 0 {
 		return nil
 	}
 	t := time.Duration(s.ThresholdNs)
 	var notes []string
-	for _, p := range peers {
+	for i := range peers {
+		p := &peers[i]
 		if p.Samples < steadyMinSamples || p.OWDP50Ns <= int64(t) {
 			continue
 		}
+		p.AboveThreshold = true
 		notes = append(notes, fmt.Sprintf("peer %s: the median one-way delay of its echoes, %v, is above the threshold %v: "+
 			"most of them ask for a pause, not only those of transients: the CCs of flows to it keep a queue above T, "+
 			"or its clock offset is wrong (ccload clock status); see docs/onramp.md, \"Choosing T\"",

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func TestSteadyQueueNotes(t *testing.T) {
+func TestMarkAboveThreshold(t *testing.T) {
 	fixed := Settings{ThresholdNs: uint64(5 * time.Millisecond)}
 	peer := func(addr string, samples uint64, p50 time.Duration) PeerStatus {
 		return PeerStatus{Peer: netip.MustParseAddr(addr), Samples: samples, OWDP50Ns: int64(p50), MinOWDNs: -1}
@@ -34,9 +34,21 @@ func TestSteadyQueueNotes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := steadyQueueNotes(tc.s, tc.peers)
+			got := markAboveThreshold(tc.s, tc.peers)
 			if len(got) != len(tc.want) {
 				t.Fatalf("%d notes, want %d: %q", len(got), len(tc.want), got)
+			}
+			marked := 0
+			for _, p := range tc.peers {
+				if p.AboveThreshold {
+					if marked < len(got) && !strings.Contains(got[marked], "peer "+p.Peer.String()+":") {
+						t.Errorf("peer %s is marked, and note %d is %q", p.Peer, marked, got[marked])
+					}
+					marked++
+				}
+			}
+			if marked != len(got) {
+				t.Errorf("%d peers marked above the threshold, %d notes", marked, len(got))
 			}
 			for i, words := range tc.want {
 				for _, w := range words {
