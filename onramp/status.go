@@ -108,10 +108,12 @@ type PeerStatus struct {
 	MinOWDNs     int64   `json:"min_owd_ns"`
 	Pauses       uint64  `json:"pauses"`
 	PauseSeconds float64 `json:"pause_seconds"`
-	// AboveThreshold reports that the median one-way delay, over at least
-	// 100 sampled echoes, is above a fixed threshold: most of the peer's
-	// echoes ask for a pause (see markAboveThreshold). Never set with
-	// --threshold auto.
+	// AboveThreshold reports that the median one-way delay of the
+	// histogram, once it holds at least 100 echoes, is above a fixed
+	// threshold: most of the peer's echoes ask for a pause (see
+	// markAboveThreshold). The histogram keeps every echo it took since
+	// On-Ramp first saw the peer, so the mark follows a change slowly.
+	// Never set with --threshold auto.
 	AboveThreshold bool `json:"above_threshold"`
 }
 

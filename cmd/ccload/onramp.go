@@ -159,10 +159,11 @@ delay's p50 and p99 (to 1/8 of the value), the least recent one, samples
 and echoes without a clock offset. A peer's samples are at most one echo
 per 100 µs; the least delay takes every echo.
 
-A note names each peer whose median one-way delay is above a fixed
-threshold: most of its echoes ask for a pause, not only those of
-transients, because the CCs of flows to it keep a queue above T or its
-clock offset is wrong (see "Choosing T" in docs/onramp.md).`,
+The percentiles are over every echo a peer's histogram took since On-Ramp
+first saw the peer. A note names each peer whose median one-way delay is
+above a fixed threshold: most of its echoes ask for a pause, not only
+those of transients, because the CCs of flows to it keep a queue above T
+or its clock offset is wrong (see "Choosing T" in docs/onramp.md).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			sts, err := a.onRamp().Status()
