@@ -460,8 +460,8 @@ func TestOnRampPauseHoldsFlow(t *testing.T) {
 	// count, the receiver as a peer whose median delay is above T.
 	checkSteadyNote := func() {
 		var st []onramp.Status
-		if err := s.Do(func() (err error) { st, err = or.Status(); return err }); err != nil {
-			t.Fatal(err)
+		if err := s.Do(func() (err error) { st, err = or.Status(); return err }); err != nil || len(st) != 1 {
+			t.Fatalf("the sender's On-Ramp status: %v, %d interfaces", err, len(st))
 		}
 		if got := gaugeIn(t, s, host, "ccload_onramp_peers_above_threshold", iface); got != 1 {
 			t.Errorf("ccload_onramp_peers_above_threshold{iface=%q} = %v after a flow held at every echo, want 1", iface, got)

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// TestMarkAboveThreshold: a peer is marked, and named in a note, when its
+// median one-way delay over enough echoes is above a fixed threshold, and
+// never under an automatic one.
 func TestMarkAboveThreshold(t *testing.T) {
 	fixed := Settings{ThresholdNs: uint64(5 * time.Millisecond)}
 	peer := func(addr string, samples uint64, p50 time.Duration) PeerStatus {
