@@ -198,7 +198,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p95 <10KB; cubic: background FCT p99 10KB-1MB", "p95: 0.83x", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 "} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p95 <10KB; cubic: background FCT p99 10KB-1MB", "p95: 0.83x", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 ", "bg mean FCT ratio >1MB"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -400,6 +400,51 @@ func TestKernelCountsRTOs(t *testing.T) {
 		if got := kernelCountsRTOs(release); got != want {
 			t.Errorf("kernelCountsRTOs(%q) = %v, want %v", release, got, want)
 		}
+	}
+}
+
+// TestPairedMeanFCT checks that a bucket's mean FCTs are paired by
+// repeat, without over with On-Ramp, that the slower repeats are counted,
+// and that repeats without both runs or without flows of the bucket in
+// either are left out.
+func TestPairedMeanFCT(t *testing.T) {
+	run := func(repeat int, large, small float64) OnRampRun {
+		r := OnRampRun{Repeat: repeat, FCT: []FCTBucket{}}
+		if large > 0 {
+			r.FCT = append(r.FCT, FCTBucket{Bucket: stats.BucketLarge, Count: 3, MeanUs: large})
+		}
+		if small > 0 {
+			r.FCT = append(r.FCT, FCTBucket{Bucket: stats.BucketSmall, Count: 9, MeanUs: small})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name          string
+		without, with []OnRampRun
+		want          *Spread
+		slower        int
+	}{
+		{"none", nil, nil, nil, 0},
+		{"one repeat, slower", []OnRampRun{run(0, 100, 10)}, []OnRampRun{run(0, 125, 5)}, &Spread{Median: 0.8, Min: 0.8, Max: 0.8, N: 1}, 1},
+		{"paired by repeat, not by order", []OnRampRun{run(0, 100, 0), run(1, 200, 0)}, []OnRampRun{run(1, 100, 0), run(0, 125, 0)},
+			&Spread{Median: 1.4, Min: 0.8, Max: 2, N: 2}, 1},
+		{"a repeat without its pair", []OnRampRun{run(0, 100, 0), run(2, 50, 0)}, []OnRampRun{run(0, 100, 0), run(1, 10, 0)},
+			&Spread{Median: 1, Min: 1, Max: 1, N: 1}, 0},
+		{"no flows of the bucket in one run", []OnRampRun{run(0, 0, 10)}, []OnRampRun{run(0, 100, 10)}, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, slower := pairedMeanFCT(tc.without, tc.with, stats.BucketLarge)
+			if (got == nil) != (tc.want == nil) || slower != tc.slower {
+				t.Fatalf("pairedMeanFCT = %+v, %d slower; want %+v, %d", got, slower, tc.want, tc.slower)
+			}
+			if got == nil {
+				return
+			}
+			if got.N != tc.want.N || math.Abs(got.Median-tc.want.Median) > 1e-9 ||
+				math.Abs(got.Min-tc.want.Min) > 1e-9 || math.Abs(got.Max-tc.want.Max) > 1e-9 {
+				t.Errorf("pairedMeanFCT = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }
 

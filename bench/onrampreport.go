@@ -164,6 +164,10 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	fmt.Fprintln(w, "bg FCT tail ratio: the same for the background flows of each size, at their p99, or the highest percentile below it that both pooled samples support.")
 	fmt.Fprintf(w, "worse: a tail (the p99, or below it the highest percentile both pooled samples support) more than %.0f%% above the one without On-Ramp.\n", 100*res.Targets.WorseMargin)
 
+	if err := res.writePairedFCT(w, buckets); err != nil {
+		return err
+	}
+
 	tg, vd := res.Targets, res.Verdict
 	rct := fmt.Sprintf("target: %s RCT p99 without/with >= %gx: ", tg.RCTCC, tg.RCTRatio)
 	switch {
@@ -283,6 +287,39 @@ func spreadCell(figs map[string]Spread, name string, format func(float64) string
 // spreadText is a spread as median (min-max), each number in format.
 func spreadText(s Spread, format func(float64) string) string {
 	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
+}
+
+// writePairedFCT prints, per CC and size bucket, the background flows'
+// mean FCT without over with On-Ramp per repeat (FCTComparison's
+// PairedMeanRatio), and in how many repeats On-Ramp was slower.
+func (res *OnRampResults) writePairedFCT(w io.Writer, buckets []string) error {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	head := []string{"cc"}
+	for _, b := range buckets {
+		head = append(head, "bg mean FCT ratio "+b, "slower")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, c := range res.Comparisons {
+		row := []string{c.CC}
+		for _, b := range buckets {
+			ratio, slower := "-", "-"
+			for _, x := range c.FCT {
+				if x.Bucket == b && x.PairedMeanRatio != nil {
+					ratio = spreadText(*x.PairedMeanRatio, scaled(1, "%.2f"))
+					slower = fmt.Sprintf("%d/%d", x.PairedSlower, x.PairedMeanRatio.N)
+				}
+			}
+			row = append(row, ratio, slower)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "bg mean FCT ratio: each repeat's mean background FCT of the size without over with On-Ramp, the two runs sharing the repeat's workload seed: median (min-max)")
+	fmt.Fprintln(w, "over the repeats (above 1: On-Ramp is faster); slower: the repeats whose run with On-Ramp had the longer mean. Not a target: it shows a steady change that a pooled tail hides.")
+	return nil
 }
 
 // tailRTOCell is "k/n": k of the n slowest requests had a response that

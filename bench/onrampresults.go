@@ -380,6 +380,15 @@ type FCTComparison struct {
 	TailWithoutUs float64  `json:"tail_without_us,omitempty"`
 	TailWithUs    float64  `json:"tail_with_us,omitempty"`
 	TailRatio     *float64 `json:"tail_ratio,omitempty"`
+	// PairedMeanRatio is, per repeat, the bucket's mean FCT without
+	// On-Ramp over the one with it, between the two runs that share the
+	// repeat's workload seed: its median and range over the repeats
+	// (above 1: On-Ramp is faster). PairedSlower counts the repeats whose
+	// run with On-Ramp was slower. A pooled tail of a few hundred flows
+	// moves between runs by more than On-Ramp moves it; the pairs show a
+	// steady change that the tail hides.
+	PairedMeanRatio *Spread `json:"paired_mean_ratio,omitempty"`
+	PairedSlower    int     `json:"paired_slower"`
 }
 
 // OnRampTargets are the On-Ramp issue's targets.

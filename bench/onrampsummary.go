@@ -290,6 +290,7 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 			x := FCTComparison{Bucket: b, CountWithout: len(uw), CountWith: len(ur),
 				P99WithoutUs: stats.Percentile(uw, 99), P99WithUs: stats.Percentile(ur, 99)}
 			x.Ratio = ratio(x.P99WithoutUs, x.P99WithUs)
+			x.PairedMeanRatio, x.PairedSlower = pairedMeanFCT(without.Runs, with.Runs, b)
 			if x.TailP = min(stats.SupportedPercentile(min(len(uw), len(ur))), 99); x.TailP > 0 {
 				x.TailWithoutUs, x.TailWithUs = stats.Percentile(uw, x.TailP), stats.Percentile(ur, x.TailP)
 				x.TailRatio = ratio(x.TailWithoutUs, x.TailWithUs)
@@ -333,6 +334,44 @@ func pairedLoss(without, with []OnRampRun) *Spread {
 	}
 	s := spreadOf(losses)
 	return &s
+}
+
+// pairedMeanFCT is, for each repeat with a run in both variants and flows
+// of bucket b in both, the bucket's mean FCT without On-Ramp over the one
+// with it, as a Spread over the repeats, and how many of those repeats
+// were slower with On-Ramp; nil when no repeat has both.
+func pairedMeanFCT(without, with []OnRampRun, b string) (*Spread, int) {
+	mean := func(r OnRampRun) float64 {
+		for _, f := range r.FCT {
+			if f.Bucket == b && f.Count > 0 {
+				return f.MeanUs
+			}
+		}
+		return 0
+	}
+	base := map[int]float64{}
+	for _, r := range without {
+		if m := mean(r); m > 0 {
+			base[r.Repeat] = m
+		}
+	}
+	var ratios []float64
+	slower := 0
+	for _, r := range with {
+		w, m := base[r.Repeat], mean(r)
+		if w <= 0 || m <= 0 {
+			continue
+		}
+		ratios = append(ratios, w/m)
+		if m > w {
+			slower++
+		}
+	}
+	if len(ratios) == 0 {
+		return nil, 0
+	}
+	s := spreadOf(ratios)
+	return &s, slower
 }
 
 // bucketMicros is the FCTs of bucket b (stats.BucketAll: all of them), in
