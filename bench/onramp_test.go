@@ -466,6 +466,7 @@ func TestPairedLoss(t *testing.T) {
 		{"a repeat without its pair", []OnRampRun{run(0, 40), run(2, 50)}, []OnRampRun{run(0, 40), run(1, 10)},
 			&Spread{Median: 0, Min: 0, Max: 0, N: 1}},
 		{"no long flow without On-Ramp", []OnRampRun{run(0, 0)}, []OnRampRun{run(0, 30)}, nil},
+		{"no long flow with On-Ramp: all lost", []OnRampRun{run(0, 40)}, []OnRampRun{run(0, 0)}, &Spread{Median: 1, Min: 1, Max: 1, N: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := pairedLoss(tc.without, tc.with)

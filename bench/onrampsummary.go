@@ -317,17 +317,9 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 // each repeat that has a run in both variants with a long flow, as a
 // Spread over the repeats; nil when no repeat has both.
 func pairedLoss(without, with []OnRampRun) *Spread {
-	base := map[int]float64{}
-	for _, r := range without {
-		if r.LongFlowBps > 0 {
-			base[r.Repeat] = r.LongFlowBps
-		}
-	}
 	var losses []float64
-	for _, r := range with {
-		if b, ok := base[r.Repeat]; ok {
-			losses = append(losses, 1-r.LongFlowBps/b)
-		}
+	for _, p := range pairByRepeat(without, with, func(r OnRampRun) float64 { return r.LongFlowBps }) {
+		losses = append(losses, 1-p[1]/p[0])
 	}
 	if len(losses) == 0 {
 		return nil
@@ -349,21 +341,14 @@ func pairedMeanFCT(without, with []OnRampRun, b string) (*Spread, int) {
 		}
 		return 0
 	}
-	base := map[int]float64{}
-	for _, r := range without {
-		if m := mean(r); m > 0 {
-			base[r.Repeat] = m
-		}
-	}
 	var ratios []float64
 	slower := 0
-	for _, r := range with {
-		w, m := base[r.Repeat], mean(r)
-		if w <= 0 || m <= 0 {
-			continue
+	for _, p := range pairByRepeat(without, with, mean) {
+		if p[1] <= 0 {
+			continue // no flows of the bucket with On-Ramp
 		}
-		ratios = append(ratios, w/m)
-		if m > w {
+		ratios = append(ratios, p[0]/p[1])
+		if p[1] > p[0] {
 			slower++
 		}
 	}
@@ -372,6 +357,25 @@ func pairedMeanFCT(without, with []OnRampRun, b string) (*Spread, int) {
 	}
 	s := spreadOf(ratios)
 	return &s, slower
+}
+
+// pairByRepeat is value of the run without and of the run with On-Ramp,
+// in the order of with, for each repeat that has a run in both variants
+// and a positive value without On-Ramp (the base of a ratio).
+func pairByRepeat(without, with []OnRampRun, value func(OnRampRun) float64) [][2]float64 {
+	base := map[int]float64{}
+	for _, r := range without {
+		if v := value(r); v > 0 {
+			base[r.Repeat] = v
+		}
+	}
+	var out [][2]float64
+	for _, r := range with {
+		if w, ok := base[r.Repeat]; ok {
+			out = append(out, [2]float64{w, value(r)})
+		}
+	}
+	return out
 }
 
 // bucketMicros is the FCTs of bucket b (stats.BucketAll: all of them), in
