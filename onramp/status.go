@@ -200,12 +200,9 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 	if err := o.readPeers(dir, &st); err != nil {
 		note("cannot read the peers: %v", err)
 	}
-	st.Notes = append(st.Notes, markAboveThreshold(st.Settings, st.PeerStats)...)
-	for _, p := range st.PeerStats {
-		if p.AboveThreshold {
-			st.PeersAboveThreshold++
-		}
-	}
+	above := markAboveThreshold(st.Settings, st.PeerStats)
+	st.Notes = append(st.Notes, above...)
+	st.PeersAboveThreshold = len(above)
 	return st
 }
 
@@ -214,7 +211,8 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 const steadyMinSamples = 100
 
 // markAboveThreshold marks the peers whose median one-way delay is above a
-// fixed threshold (AboveThreshold), and returns a note for each: most of
+// fixed threshold (AboveThreshold), and returns one note for each, in
+// their order: most of
 // their echoes ask for a pause, not only those of transients, because the
 // CCs of the flows to them keep a queue above T, or because a wrong clock
 // offset reads one. On-Ramp then acts as a delay controller on those
