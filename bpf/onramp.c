@@ -191,7 +191,8 @@ static __always_inline bool fill(struct __sk_buff *skb, __u32 off, __u32 csum_of
 /*
  * A new connection starts paused when its peer's newest echo, fresh (at
  * most ONRAMP_HISTORY_MAX_PAUSES max pauses old), was over the threshold:
- * for that excess, at most max_pause, counted as pause asserted.
+ * for that excess, at most max_pause, counted as pause asserted; in
+ * observe mode it starts as it would without On-Ramp.
  */
 static __always_inline void start_from_peer(const struct onramp_flow_key *k, struct onramp_flow *fl, __u64 now)
 {
@@ -200,7 +201,7 @@ static __always_inline void start_from_peer(const struct onramp_flow_key *k, str
 	struct clock_peer peer;
 	__u64 pause;
 
-	if (!cfg)
+	if (!cfg || (cfg->flags & ONRAMP_F_OBSERVE))
 		return;
 	peer_of(k, &peer);
 	pr = bpf_map_lookup_elem(&onramp_peers, &peer);
@@ -627,8 +628,15 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	want = pause_for(owd, p_last, fl->beta, t, cfg);
 	if (want > cfg->max_pause_ns) {
 		want = cfg->max_pause_ns;
-		stat_add(&onramp_stats, ONRAMP_STAT_CLAMPED, 1);
 		flags |= ONRAMP_TRACE_CLAMPED;
+		if (!(cfg->flags & ONRAMP_F_OBSERVE))
+			stat_add(&onramp_stats, ONRAMP_STAT_CLAMPED, 1);
+	}
+	if (want && (cfg->flags & ONRAMP_F_OBSERVE)) {
+		/* Only the trace says what this echo would have done. */
+		added = want;
+		want = 0;
+		flags |= ONRAMP_TRACE_OBSERVED;
 	}
 	until = now + want;
 	if (want && until > fl->t_next) {

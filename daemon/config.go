@@ -86,6 +86,7 @@ type OnRampConfig struct {
 	MaxPause     string   `yaml:"max-pause"`
 	ReplaceQdisc bool     `yaml:"replace-qdisc"`
 	Cgroup       string   `yaml:"cgroup"`
+	Observe      bool     `yaml:"observe"`
 }
 
 // ClockConfig is `ccload clock run`'s flags.
@@ -398,7 +399,7 @@ func (v *validator) hopConfig(key string, h HopConfig) (hop.Config, error) {
 }
 
 func (v *validator) onRampConfig(key string, o OnRampConfig) (onramp.Config, error) {
-	c := onramp.Config{Iface: o.Iface, ReplaceQdisc: o.ReplaceQdisc, Cgroup: o.Cgroup}
+	c := onramp.Config{Iface: o.Iface, ReplaceQdisc: o.ReplaceQdisc, Cgroup: o.Cgroup, Observe: o.Observe}
 	if o.Iface == "" {
 		return c, v.errAt(key+".iface", errors.New("missing: name the interface whose egress On-Ramp paces, e.g. iface: eth0"))
 	}

@@ -233,8 +233,8 @@ func (p *parts) plan(d *Desired, owned Owned) (*Plan, error) {
 			why = "On-Ramp is off on the interface"
 		case !cur.Attached:
 			why = "On-Ramp's programs were detached"
-		case cur.Qdisc == nil:
-			why = "the fq root that enforces the pauses was removed"
+		case cur.Qdisc == nil && !want.Observe:
+			why = "there is no fq root to enforce the pauses"
 		default:
 			why = onRampDrift(want, cur)
 		}
@@ -392,6 +392,8 @@ func onRampDrift(want onramp.Config, cur onramp.Status) string {
 	switch {
 	case !samePrefixes(want.Peers, cur.Peers):
 		return fmt.Sprintf("peers are %s", strings.Join(cur.Peers, ","))
+	case s.Observe != want.Observe:
+		return "observe mode differs"
 	case s.AutoThreshold != want.AutoThreshold || (!want.AutoThreshold && s.ThresholdNs != uint64(th)):
 		return "the threshold differs"
 	case s.MaxPauseNs != uint64(mp):

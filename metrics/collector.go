@@ -209,6 +209,7 @@ func (c *Collector) collectOnRamp(s *scrape) error {
 		s.emit(fs.onrampStampsNoClock, float64(st.Stats["rx_no_clock"]), labels...)
 		s.emit(fs.onrampEchoesNoClock, float64(st.Stats["no_clock"]), labels...)
 		s.emit(fs.onrampPeersAboveThreshold, float64(st.PeersAboveThreshold), labels...)
+		s.emit(fs.onrampObserve, boolValue(st.Settings.Observe), labels...)
 		for option, v := range map[string]uint64{
 			"stamp":    st.NoSpace.Stamp,
 			"echo":     st.NoSpace.Echo,

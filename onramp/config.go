@@ -56,6 +56,12 @@ type Config struct {
 	// Strawman pauses for O - T, without the paper's lag compensation
 	// (§3.1): for comparisons only.
 	Strawman bool
+	// Observe stamps, measures and echoes as usual but pauses nothing,
+	// and leaves the root qdisc as it is: status shows the one-way
+	// delays, and how many of the sampled echoes were above T, before
+	// On-Ramp holds any packet. Enabling again without it turns the
+	// pauses on (and installs fq).
+	Observe bool
 	// ReplaceQdisc lets Enable replace a root qdisc that somebody else
 	// installed with fq. Disable then leaves the kernel's default.
 	ReplaceQdisc bool
@@ -125,6 +131,9 @@ func (cfg Config) params() onrampOnrampConfig {
 	if cfg.Strawman {
 		p.Flags |= flagStrawman
 	}
+	if cfg.Observe {
+		p.Flags |= flagObserve
+	}
 	return p
 }
 
@@ -132,6 +141,7 @@ func (cfg Config) params() onrampOnrampConfig {
 const (
 	flagAutoT    = 0x1
 	flagStrawman = 0x2
+	flagObserve  = 0x4
 )
 
 // Settings are an interface's On-Ramp parameters as its pinned config holds
@@ -143,13 +153,16 @@ type Settings struct {
 	MaxPauseNs    uint64  `json:"max_pause_ns"`
 	MinWindowNs   uint64  `json:"min_window_ns"`
 	Strawman      bool    `json:"strawman,omitempty"`
+	// Observe says that On-Ramp measures and pauses nothing
+	// (Config.Observe).
+	Observe bool `json:"observe"`
 }
 
 func settingsOf(p onrampOnrampConfig) Settings {
 	return Settings{
 		ThresholdNs: p.ThresholdNs, AutoThreshold: p.Flags&flagAutoT != 0,
 		Gain: float64(p.Gain) / fpOne, MaxPauseNs: p.MaxPauseNs, MinWindowNs: p.MinWindowNs,
-		Strawman: p.Flags&flagStrawman != 0,
+		Strawman: p.Flags&flagStrawman != 0, Observe: p.Flags&flagObserve != 0,
 	}
 }
 
@@ -159,7 +172,11 @@ func (s Settings) String() string {
 	if s.AutoThreshold {
 		t = "auto (until known: " + t + ")"
 	}
-	return fmt.Sprintf("threshold %s, gain %g, max pause %v", t, s.Gain, time.Duration(s.MaxPauseNs))
+	mode := ""
+	if s.Observe {
+		mode = "observe only (no pauses), "
+	}
+	return fmt.Sprintf("%sthreshold %s, gain %g, max pause %v", mode, t, s.Gain, time.Duration(s.MaxPauseNs))
 }
 
 // Validate checks cfg as Enable would, without touching the kernel.

@@ -10,10 +10,12 @@ package onramp
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/internal/testutil"
@@ -326,6 +328,7 @@ func TestDataPath(t *testing.T) {
 		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
 		{"SplitHeaders", testSplitHeaders}, {"OptionLayouts", testOptionLayouts},
 		{"ClockCopy", testClockCopy}, {"PeerSampling", testPeerSampling},
+		{"Observe", testObserve},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -938,6 +941,84 @@ func testPeerSampling(t *testing.T, rg *rig) {
 			r.setPeer(c.receiver, p)
 			if p = echo(600 * time.Microsecond); p.LastExcess != uint64(500*time.Microsecond) {
 				t.Errorf("excess %d 50 µs after the last write with a 10 µs max pause, want it written, 500 µs", p.LastExcess)
+			}
+		})
+	}
+}
+
+// testObserve: in observe mode an echo above T asserts no pause, not even
+// one clamped to --max-pause, and a new connection to a peer over T starts
+// at once; the peer's histogram and the flow's samples still take the
+// echoes, and the trace says what the echo would have paused.
+func testObserve(t *testing.T, rg *rig) {
+	for _, c := range conns {
+		t.Run(c.name, func(t *testing.T) {
+			r := rg.use(t, Config{Threshold: 100 * time.Microsecond, MaxPause: 50 * time.Millisecond, Observe: true})
+			rd, err := ringbuf.NewReader(r.objs.OnrampTrace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			if err := r.objs.OnrampTraceOn.Put(uint32(0), uint32(1)); err != nil {
+				t.Fatal(err)
+			}
+			defer r.objs.OnrampTraceOn.Put(uint32(0), uint32(0))
+
+			// 700 µs against T = 100 µs, nothing paused before: the
+			// rule asks for 600 µs.
+			lo, hi, paused, f := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne}, 700*time.Microsecond, 0)
+			if paused {
+				t.Errorf("observe mode paused the flow for %v to %v", lo, hi)
+			}
+			if f.Samples != 1 || f.Pauses != 0 || f.PauseTotal != 0 {
+				t.Errorf("flow after the echo: samples %d, pauses %d, pause total %d; want 1, 0, 0", f.Samples, f.Pauses, f.PauseTotal)
+			}
+			if p := r.peer(c.receiver); p.Samples != 1 || histTotal(p.Hist[:]) != 1 || p.Pauses != 0 {
+				t.Errorf("peer after the echo: samples %d, histogram %d, pauses %d; want 1, 1, 0", p.Samples, histTotal(p.Hist[:]), p.Pauses)
+			}
+			// The trace says what each echo would have paused.
+			traced := func(want time.Duration, flags ...string) {
+				t.Helper()
+				rd.SetDeadline(time.Now().Add(5 * time.Second))
+				rec, err := rd.Read()
+				if err != nil {
+					t.Fatalf("no trace record of the echo: %v", err)
+				}
+				ev, err := decodeTrace(rec.RawSample, time.Time{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(ev.Flags, flags) || ev.Pause != want || ev.PausedFor != 0 {
+					t.Errorf("trace of the echo: flags %v, pause %v, paused for %v; want %v, %v, 0", ev.Flags, ev.Pause, ev.PausedFor, flags, want)
+				}
+			}
+			traced(600*time.Microsecond, "observed")
+
+			// A huge delay would be clamped: still no pause, and no
+			// clamped pause counted.
+			f.HavePrev, f.PrevTx = 0, 0
+			if lo, hi, paused, _ := pauseOf(t, r, c, f, 900*time.Millisecond, 0); paused {
+				t.Errorf("observe mode paused the flow for %v to %v on a 900 ms delay", lo, hi)
+			}
+			traced(50*time.Millisecond, "clamped", "observed")
+			for _, name := range []string{"pauses", "pause_ns", "clamped", "delayed"} {
+				if n := r.stat(name); n != 0 {
+					t.Errorf("%s = %d in observe mode, want 0", name, n)
+				}
+			}
+			if n := r.stat("echoes"); n != 2 {
+				t.Errorf("echoes = %d, want 2", n)
+			}
+
+			// A new connection to the peer whose newest echo was far over
+			// T starts at once.
+			next := c
+			next.sport += 10
+			if _, dep := r.run(r.objs.OnrampEgress, next.data(pad(StampLen))); dep != 0 {
+				t.Errorf("a new connection's first segment got departure %d in observe mode, want its own (0)", dep)
+			}
+			if n := r.stat("start_paused"); n != 0 {
+				t.Errorf("start_paused = %d in observe mode, want 0", n)
 			}
 		})
 	}

@@ -193,6 +193,10 @@ func (o *OnRamp) Enable(cfg Config) (_ *Status, err error) {
 // (sockops.go), which Recover drops when no committed interface holds
 // them; the commit, after which the pin set is complete.
 func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error) {
+	if cfg.Observe {
+		// Nothing to enforce: the root qdisc stays as it is.
+		return o.attachPrograms(key, cfg)
+	}
 	root, installed, err := o.ensureFQ(key, cfg.ReplaceQdisc)
 	if err != nil {
 		return nil, err
@@ -216,7 +220,8 @@ func (o *OnRamp) attach(key pin.IfaceKey, cfg Config) (notes []string, err error
 	return append(notes, more...), nil
 }
 
-// attachPrograms does attach's work once the root qdisc is fq: it loads
+// attachPrograms does attach's work once the root qdisc is fq (or, in
+// observe mode, as it is): it loads
 // the programs, pins them and their maps in a stage, attaches them, takes
 // a hold on the sockops program and commits the stage. A failure leaves
 // nothing of it; the fq root is the caller's.
@@ -344,15 +349,18 @@ func (objs *onrampObjects) program(side qdisc.Direction) *ebpf.Program {
 	return objs.OnrampEgress
 }
 
-// update does Enable's work for an interface where On-Ramp runs: it
-// installs the fq root again if somebody removed it, upgrades the
+// update does Enable's work for an interface where On-Ramp runs: unless
+// cfg observes only, it installs the fq root if there is none (somebody
+// removed it, or On-Ramp observed until now), upgrades the
 // programs if they are another build's, and writes cfg. Each step can be
 // cut short by a kill and done again by the next Enable.
 func (o *OnRamp) update(k pin.IfaceKey, cfg Config) (notes []string, err error) {
-	if _, installed, err := o.ensureFQ(k, cfg.ReplaceQdisc); err != nil {
-		return nil, err
-	} else if installed {
-		notes = append(notes, fmt.Sprintf("the root qdisc of %s was not fq any more: installed fq again", k.Name))
+	if !cfg.Observe {
+		if _, installed, err := o.ensureFQ(k, cfg.ReplaceQdisc); err != nil {
+			return nil, err
+		} else if installed {
+			notes = append(notes, fmt.Sprintf("the root qdisc of %s was not fq: installed fq, which enforces the pauses", k.Name))
+		}
 	}
 	reattach, more, err := o.upgradeTC(k)
 	notes = append(notes, more...)

@@ -115,6 +115,14 @@ type PeerStatus struct {
 	// On-Ramp first saw the peer, so the mark follows a change slowly.
 	// Never set with --threshold auto.
 	AboveThreshold bool `json:"above_threshold"`
+	// ShareAboveThreshold is the share of the histogram's echoes whose
+	// one-way delay was above a fixed threshold, the echoes that asked
+	// for a pause: in observe mode, how often On-Ramp would pause this
+	// peer's flows (though pauses, once on, lower the delays that follow
+	// them). To the histogram's resolution, a bucket counting as above T
+	// when its middle is, as the percentiles are its middles. -1 with
+	// --threshold auto, or before any echo.
+	ShareAboveThreshold float64 `json:"share_above_threshold"`
 }
 
 // Status reports On-Ramp on every interface of the calling thread's
@@ -152,8 +160,6 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 	st.UpgradeAvailable = o.upgradeAvailable(k)
 	if root, ok, err := qdisc.InspectFQRoot(st.Iface); err == nil && ok {
 		st.Qdisc = &root
-	} else if st.Attached {
-		note("the root qdisc of %s is not fq any more: pauses are not enforced; run `ccload onramp enable` again", st.Iface)
 	}
 
 	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, onrampMapOnrampParams), nil); err != nil {
@@ -165,6 +171,9 @@ func (o *OnRamp) read(k pin.IfaceKey) Status {
 		}
 		st.Settings = settingsOf(p)
 		m.Close()
+	}
+	if st.Qdisc == nil && st.Attached && !st.Settings.Observe {
+		note("the root qdisc of %s is not fq: pauses are not enforced; run `ccload onramp enable` again", st.Iface)
 	}
 
 	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, onrampMapOnrampStats), nil); err != nil {
@@ -286,6 +295,10 @@ func (o *OnRamp) readPeers(dir string, st *Status) error {
 			Negative: p.Negative, Pauses: p.Pauses, PauseSeconds: float64(p.PauseNs) / 1e9, MinOWDNs: -1}
 		ps.OWDP50Ns = histQuantile(p.Hist[:], 0.50)
 		ps.OWDP99Ns = histQuantile(p.Hist[:], 0.99)
+		ps.ShareAboveThreshold = -1
+		if !st.Settings.AutoThreshold && st.Settings.ThresholdNs > 0 {
+			ps.ShareAboveThreshold = histShareAbove(p.Hist[:], int64(st.Settings.ThresholdNs))
+		}
 		if least := min(p.MinOwd, p.MinOwdPrev); least >= 0 && least < 0x7fffffff {
 			ps.MinOWDNs = least
 		}
@@ -318,6 +331,22 @@ func histTotal(hist []uint32) (n uint64) {
 		n += uint64(c)
 	}
 	return n
+}
+
+// histShareAbove is the share of the histogram's samples above t ns,
+// a bucket counting as above when its middle is; -1 when it is empty.
+func histShareAbove(hist []uint32, t int64) float64 {
+	total := histTotal(hist)
+	if total == 0 {
+		return -1
+	}
+	var above uint64
+	for i, c := range hist {
+		if lo, hi := bucketRange(i); (lo+hi)/2 > t {
+			above += uint64(c)
+		}
+	}
+	return float64(above) / float64(total)
 }
 
 // histQuantile is the q quantile of the histogram, as its bucket's

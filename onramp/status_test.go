@@ -63,3 +63,49 @@ func TestMarkAboveThreshold(t *testing.T) {
 		})
 	}
 }
+
+// TestHistShareAbove: the share of a histogram's samples above a
+// threshold counts a bucket by its middle, as the percentiles do.
+func TestHistShareAbove(t *testing.T) {
+	// bucketOf is the bucket of v ns, as owd_bucket of bpf/onramp.c.
+	bucketOf := func(v int64) int {
+		for i := 0; i < 256; i++ {
+			if lo, hi := bucketRange(i); v >= lo && v < hi {
+				return i
+			}
+		}
+		t.Fatalf("no bucket holds %d", v)
+		return -1
+	}
+	hist := func(counts map[time.Duration]uint32) []uint32 {
+		h := make([]uint32, 256)
+		for v, c := range counts {
+			h[bucketOf(int64(v))] += c
+		}
+		return h
+	}
+	ms := time.Millisecond
+	tests := []struct {
+		name   string
+		hist   []uint32
+		thresh time.Duration
+		want   float64
+	}{
+		{"empty", make([]uint32, 256), ms, -1},
+		{"all below", hist(map[time.Duration]uint32{100 * time.Microsecond: 50}), ms, 0},
+		{"all above", hist(map[time.Duration]uint32{30 * ms: 50}), ms, 1},
+		{"a quarter above", hist(map[time.Duration]uint32{200 * time.Microsecond: 75, 5 * ms: 25}), ms, 0.25},
+		// 5 ms falls in a bucket 524 µs wide, [4.719, 5.243) ms: its
+		// middle, 4.981 ms, is above 4.9 ms and below 5 ms.
+		{"T in the bucket, below its middle", hist(map[time.Duration]uint32{5 * ms: 10}), 4900 * time.Microsecond, 1},
+		{"T in the bucket, above its middle", hist(map[time.Duration]uint32{5 * ms: 10}), 5 * ms, 0},
+		{"negative delays are in bucket 0", hist(map[time.Duration]uint32{0: 3, 2 * ms: 1}), ms, 0.25},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := histShareAbove(tc.hist, int64(tc.thresh)); got != tc.want {
+				t.Errorf("histShareAbove(T %v) = %v, want %v", tc.thresh, got, tc.want)
+			}
+		})
+	}
+}

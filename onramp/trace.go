@@ -26,18 +26,21 @@ type TraceEvent struct {
 	Beta float64 `json:"beta"`
 	// Threshold is the T this echo was compared against.
 	Threshold time.Duration `json:"threshold_ns"`
-	// Pause is the pause this echo added; PausedFor how long from now
-	// the flow is held (t_next - now, 0 when it is not).
+	// Pause is the pause this echo added (in observe mode, flagged
+	// observed: the pause it would have added, and did not); PausedFor
+	// how long from now the flow is held (t_next - now, 0 when it is not).
 	Pause     time.Duration `json:"pause_ns"`
 	PausedFor time.Duration `json:"paused_for_ns"`
 	// RTT is the echoed packet's round trip, on this host's clock.
 	RTT time.Duration `json:"rtt_ns"`
-	// Flags: paused, clamped, beta (β measured), stale, no_clock.
+	// Flags: paused, clamped, beta (β measured), stale, no_clock,
+	// observed (observe mode: the echo asked for Pause, which was not
+	// asserted).
 	Flags []string `json:"flags,omitempty"`
 }
 
 // traceFlags names ONRAMP_TRACE_* of bpf/include/onramp.h, by bit.
-var traceFlags = []string{"paused", "clamped", "beta", "stale", "no_clock"}
+var traceFlags = []string{"paused", "clamped", "beta", "stale", "no_clock", "observed"}
 
 // flowString is "local -> remote" of a flow key.
 func flowString(k onrampOnrampFlowKey) string {

@@ -372,7 +372,7 @@ func (d *rootDev) deleteMQ() error {
 // noFQError says that the kernel has no sch_fq. It wraps ErrNoFQ and err.
 func noFQError(iface string, err error) error {
 	return kernel.NewError(kernel.KindKernelTooOld,
-		"load it with `modprobe sch_fq`, or build the kernel with CONFIG_NET_SCH_FQ=m",
+		"load it with `modprobe sch_fq`, or build the kernel with CONFIG_NET_SCH_FQ=m (`ccload onramp enable --observe` measures without pausing, and needs no fq)",
 		fmt.Errorf("%w: %w", ErrNoFQ, err),
 		"this kernel has no fq qdisc (CONFIG_NET_SCH_FQ) to put at the root of %s", iface)
 }
@@ -381,6 +381,6 @@ func noFQError(iface string, err error) error {
 // iface.
 func foreignRootError(iface, root string) error {
 	return kernel.NewError(kernel.KindAlreadyAttached,
-		fmt.Sprintf("pass --replace-qdisc to replace it with fq (`ccload onramp disable` then leaves the kernel's default root qdisc, not %s), or remove it first: tc qdisc del dev %s root", root, iface),
+		fmt.Sprintf("pass --replace-qdisc to replace it with fq (`ccload onramp disable` then leaves the kernel's default root qdisc, not %s), or remove it first: tc qdisc del dev %s root; --observe measures without pausing, and keeps it", root, iface),
 		nil, "root qdisc %s is installed on %s", root, iface)
 }

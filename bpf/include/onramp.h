@@ -30,6 +30,12 @@
 /* onramp_config.flags */
 #define ONRAMP_F_AUTO_T 0x1	/* T = minOWD + 2 sigma_clk per peer */
 #define ONRAMP_F_STRAWMAN 0x2	/* pause O - T, without lag compensation (§3.1) */
+/*
+ * Observe: stamp, measure and echo as usual, but assert no pause (no new
+ * flow starts paused either), so that an operator can see the one-way
+ * delays and how often On-Ramp would pause before it holds any packet.
+ */
+#define ONRAMP_F_OBSERVE 0x4
 
 /*
  * Run-time configuration, written whole by the Go side in one map update.
@@ -219,6 +225,7 @@ enum onramp_stat {
 #define ONRAMP_TRACE_BETA 0x4		/* this echo measured beta */
 #define ONRAMP_TRACE_STALE 0x8		/* ignored: older than one RTT */
 #define ONRAMP_TRACE_NO_CLOCK 0x10	/* ignored: the receiver had no offset */
+#define ONRAMP_TRACE_OBSERVED 0x20	/* observe mode: would have paused for pause_ns, did not */
 
 /* A record per echo the sender handles, while tracing is on. */
 struct onramp_trace_event {
@@ -229,7 +236,7 @@ struct onramp_trace_event {
 	__s64 beta;		/* FP_ONE, after this echo */
 	__u64 t_next;		/* MONO, after this echo */
 	__u64 threshold_ns;	/* T used */
-	__u64 pause_ns;		/* pause added by this echo */
+	__u64 pause_ns;		/* pause added by this echo (observe: that it would have added) */
 	__u32 rtt_ns;		/* the sample's RTT: now - its tx */
 	__u32 flags;		/* ONRAMP_TRACE_* */
 };

@@ -501,6 +501,77 @@ hops:
 	d.stop(t)
 }
 
+// TestDaemonOnRampObserve: the daemon runs On-Ramp in observe mode from
+// its config, on any kernel (it needs no fq: this host has none). Turning
+// the pauses on in the config needs sch_fq: on a kernel without it the
+// daemon reports the missing module and leaves On-Ramp observing; on one
+// with it, On-Ramp pauses on fq. Dropping On-Ramp from the config removes it.
+func TestDaemonOnRampObserve(t *testing.T) {
+	e := newDaemonEnv(t)
+	iface, err := e.ns.Interface()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := `ccs:
+  - name: theta_powertcp
+reconcile-interval: 1h
+`
+	onrampConfig := func(observe bool) string {
+		return fmt.Sprintf("onramp:\n  - iface: %s\n    peers: [198.18.0.0/15]\n    threshold: 200us\n    observe: %v\n", iface, observe)
+	}
+	type status struct {
+		Iface    string `json:"iface"`
+		Attached bool   `json:"attached"`
+		Qdisc    *struct {
+			Kind string `json:"kind"`
+		} `json:"qdisc"`
+		Settings struct {
+			Observe bool `json:"observe"`
+		} `json:"settings"`
+	}
+	read := func() []status {
+		t.Helper()
+		var st []status
+		if err := json.Unmarshal([]byte(e.cli(t, "onramp", "status", "--json")), &st); err != nil {
+			t.Fatalf("decode onramp status --json: %v", err)
+		}
+		return st
+	}
+	e.writeConfig(t, config+onrampConfig(true))
+	d := e.startDaemon(t)
+	e.waitReady(t, d)
+	if st := read(); len(st) != 1 || st[0].Iface != iface || !st[0].Attached || !st[0].Settings.Observe || st[0].Qdisc != nil {
+		t.Fatalf("On-Ramp after the first reconcile, observing: %+v", st)
+	}
+
+	e.writeConfig(t, config+onrampConfig(false))
+	d.waitUntil(t, "the pauses on, or the missing sch_fq reported", func() bool {
+		_, body, err := e.get("/readyz")
+		if err != nil {
+			return false
+		}
+		if strings.Contains(body, "CONFIG_NET_SCH_FQ") {
+			return true
+		}
+		st := read()
+		return len(st) == 1 && !st[0].Settings.Observe
+	})
+	st := read()
+	if _, body, _ := e.get("/readyz"); strings.Contains(body, "CONFIG_NET_SCH_FQ") {
+		if len(st) != 1 || !st[0].Attached || !st[0].Settings.Observe {
+			t.Errorf("without sch_fq, On-Ramp should keep observing: %+v", st)
+		}
+	} else if len(st) != 1 || !st[0].Attached || st[0].Qdisc == nil || !strings.HasSuffix(st[0].Qdisc.Kind, "fq") {
+		t.Errorf("On-Ramp with the pauses on: %+v; want attached, on fq", st)
+	}
+
+	e.writeConfig(t, config)
+	d.waitUntil(t, "On-Ramp removed after the config dropped it", func() bool {
+		return strings.TrimSpace(e.cli(t, "onramp", "status", "--json")) == "[]"
+	})
+	d.stop(t)
+}
+
 // TestDaemonPrometheus points a real Prometheus server (Debian's
 // prometheus package) at a daemon in this network namespace and gets a
 // ccload_ series back with a non-zero value; promtool checks what the

@@ -43,10 +43,11 @@ func newOnRampEnableCmd(a *app) *cobra.Command {
 		iface, threshold, gain, cgroup string
 		peers                          []string
 		maxPause                       time.Duration
-		replace, strawman, asJSON      bool
+		replace, strawman, observe     bool
+		asJSON                         bool
 	)
 	c := &cobra.Command{
-		Use:   "enable --iface IF --peers CIDR[,CIDR...] [--threshold D|auto] [--gain 1/16] [--max-pause 2ms] [--replace-qdisc]",
+		Use:   "enable --iface IF --peers CIDR[,CIDR...] [--threshold D|auto] [--gain 1/16] [--max-pause 2ms] [--replace-qdisc] [--observe]",
 		Short: "Turn On-Ramp on for an interface",
 		Long: `Turn On-Ramp on for an interface of this network namespace, and pin it so
 that it keeps running after ccload exits:
@@ -66,12 +67,21 @@ recent one-way delay plus twice the clock agent's error (the paper's §7.1).
 A pause never lasts longer than --max-pause. --gain is the EWMA gain of β,
 the measured effect of this sender's pauses on the delay.
 
-Running it again on the same interface updates the parameters in place.`,
+--observe measures without pausing: the options, one-way delays and echoes
+run as above, but no flow is held and the root qdisc stays as it is (no fq
+is needed). 'ccload onramp status' then shows, per peer, the one-way delays
+and the share of echoes above T, those that would have paused a flow: a
+way to choose T, and to see what On-Ramp would do, before it holds any
+packet ("Observing before pausing" in docs/onramp.md).
+
+Running it again on the same interface updates the parameters in place; run
+without --observe, it turns the pauses on (installing fq).`,
 		Example: `  ccload onramp enable --iface eth0 --peers 10.0.0.0/8
-  ccload onramp enable --iface eth0 --peers 198.18.0.0/15,fd00::/8 --threshold auto`,
+  ccload onramp enable --iface eth0 --peers 198.18.0.0/15,fd00::/8 --threshold auto
+  ccload onramp enable --iface eth0 --peers 10.0.0.0/8 --threshold 100us --observe`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg := onramp.Config{Iface: iface, MaxPause: maxPause, ReplaceQdisc: replace, Strawman: strawman, Cgroup: cgroup}
+			cfg := onramp.Config{Iface: iface, MaxPause: maxPause, ReplaceQdisc: replace, Strawman: strawman, Observe: observe, Cgroup: cgroup}
 			var err error
 			if cfg.Peers, err = parsePeers(peers); err != nil {
 				return usage(c, err)
@@ -111,6 +121,7 @@ Running it again on the same interface updates the parameters in place.`,
 	c.Flags().BoolVar(&replace, "replace-qdisc", false, "replace a root qdisc that somebody else installed with fq")
 	c.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 directory for the sockops program (default: the cgroup2 root)")
 	c.Flags().BoolVar(&strawman, "strawman", false, "pause O-T without lag compensation (the paper's §3.1; for comparisons)")
+	c.Flags().BoolVar(&observe, "observe", false, "measure one-way delays and count the echoes above T, but pause nothing and leave the root qdisc as it is")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = c.Flags().MarkHidden("strawman")
 	return c
@@ -155,12 +166,14 @@ func newOnRampStatusCmd(a *app) *cobra.Command {
 attached, its qdisc and parameters; flows paused now, pauses and total pause
 time, the median β over flows that paused; segments on which On-Ramp's or
 INT's option found no room; and per peer this host sends to, the one-way
-delay's p50 and p99 (to 1/8 of the value), the least recent one, samples
-and echoes without a clock offset. A peer's samples are at most one echo
-per 100 µs; the least delay takes every echo.
+delay's p50 and p99 (to 1/8 of the value), the least recent one, the share
+of echoes above a fixed T ("above T": those that asked for a pause; with
+--observe, those that would have), samples and echoes without a clock
+offset. A peer's samples are at most one echo per 100 µs; the least delay
+takes every echo.
 
-The percentiles are over every echo a peer's histogram took since On-Ramp
-first saw the peer. A note names each peer whose median one-way delay is
+The percentiles and shares are over every echo a peer's histogram took
+since On-Ramp first saw the peer. A note names each peer whose median one-way delay is
 above a fixed threshold: most of its echoes ask for a pause, not only
 those of transients, because the CCs of flows to it keep a queue above T
 or its clock offset is wrong (see "Choosing T" in docs/onramp.md).`,
@@ -206,16 +219,22 @@ func (a *app) printOnRamp(st onramp.Status) {
 	}
 	if len(st.PeerStats) > 0 {
 		w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "  peer\towd p50\towd p99\tleast\tsamples\tno clock\tpauses\tpaused")
+		fmt.Fprintln(w, "  peer\towd p50\towd p99\tleast\tabove T\tsamples\tno clock\tpauses\tpaused")
 		d := func(ns int64) string {
 			if ns < 0 {
 				return "-"
 			}
 			return time.Duration(ns).String()
 		}
+		share := func(f float64) string {
+			if f < 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f%%", 100*f)
+		}
 		for _, p := range st.PeerStats {
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%d\t%d\t%d\t%v\n", p.Peer, d(p.OWDP50Ns), d(p.OWDP99Ns), d(p.MinOWDNs),
-				p.Samples, p.NoClock, p.Pauses, time.Duration(p.PauseSeconds*1e9).Round(time.Microsecond))
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%v\n", p.Peer, d(p.OWDP50Ns), d(p.OWDP99Ns), d(p.MinOWDNs),
+				share(p.ShareAboveThreshold), p.Samples, p.NoClock, p.Pauses, time.Duration(p.PauseSeconds*1e9).Round(time.Microsecond))
 		}
 		w.Flush()
 	}

@@ -10,7 +10,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/onramp"
+	"github.com/ccload/ccload/testbed"
 )
 
 func TestOnRampUsageErrors(t *testing.T) {
@@ -46,30 +48,25 @@ func TestOnRampUsageErrors(t *testing.T) {
 	}
 }
 
-// rootQdisc names the root qdisc of iface in h, as "kind handle".
-func rootQdisc(t *testing.T, e *hopCLIEnv, iface string) string {
+// addHTBRoot installs an htb root qdisc, handle 1:, on iface in h: a root
+// qdisc somebody else installed. The returned function removes it.
+func addHTBRoot(t *testing.T, h *testbed.Host, iface string) (remove func()) {
 	t.Helper()
-	var out string
-	err := e.pair.A.Do(func() error {
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		qs, err := netlink.QdiscList(l)
-		if err != nil {
-			return err
-		}
-		for _, q := range qs {
-			if q.Attrs().Parent == netlink.HANDLE_ROOT {
-				out = q.Type() + " " + netlink.HandleStr(q.Attrs().Handle)
+	htb := func(op func(netlink.Qdisc) error) {
+		t.Helper()
+		err := h.Do(func() error {
+			l, err := netlink.LinkByName(iface)
+			if err != nil {
+				return err
 			}
+			return op(netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}))
+		})
+		if err != nil {
+			t.Fatalf("htb root on %s: %v", iface, err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	return out
+	htb(netlink.QdiscAdd)
+	return func() { htb(netlink.QdiscDel) }
 }
 
 // pinsLeft lists what is left under the test bpffs's ccload directory.
@@ -91,13 +88,13 @@ func pinsLeft(t *testing.T, e *hopCLIEnv) []string {
 func TestOnRampEnableWithoutFQ(t *testing.T) {
 	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
 	e := newHopCLIEnv(t)
-	before := rootQdisc(t, e, e.iface)
+	before := testnet.RootQdisc(t, e.pair.A, e.iface)
 	code, _, stderr := e.cliIn(t, e.pair.A, "onramp", "enable", "--iface", e.iface, "--peers", "198.18.0.0/15")
 	if code == 0 {
 		e.cliIn(t, e.pair.A, "onramp", "disable", "--iface", e.iface)
 		t.Skip("this kernel has sch_fq: TestOnRampCLI, which the vmtests guests run, covers enable")
 	}
-	for _, want := range []string{"CONFIG_NET_SCH_FQ", "fix:", "modprobe sch_fq"} {
+	for _, want := range []string{"CONFIG_NET_SCH_FQ", "fix:", "modprobe sch_fq", "--observe"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
@@ -105,7 +102,7 @@ func TestOnRampEnableWithoutFQ(t *testing.T) {
 	if left := pinsLeft(t, e); len(left) > 0 {
 		t.Errorf("a failed enable left pins: %v", left)
 	}
-	if after := rootQdisc(t, e, e.iface); after != before {
+	if after := testnet.RootQdisc(t, e.pair.A, e.iface); after != before {
 		t.Errorf("root qdisc %q after a failed enable, was %q", after, before)
 	}
 }
@@ -119,7 +116,7 @@ func TestOnRampCLI(t *testing.T) {
 	e := newHopCLIEnv(t)
 	a, iface := e.pair.A, e.iface
 	t.Cleanup(func() { e.cliIn(t, a, "onramp", "disable", "--iface", iface) })
-	before := rootQdisc(t, e, iface)
+	before := testnet.RootQdisc(t, e.pair.A, iface)
 
 	code, out, stderr := e.cliIn(t, a, "onramp", "enable", "--iface", iface, "--peers", "198.18.0.0/15,fd00::/8", "--threshold", "auto")
 	if code != 0 && strings.Contains(stderr, "CONFIG_NET_SCH_FQ") {
@@ -155,7 +152,7 @@ func TestOnRampCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "On-Ramp disabled on "+iface) {
 		t.Errorf("disable: exit %d: %s", code, out)
 	}
-	if got := rootQdisc(t, e, iface); got != before {
+	if got := testnet.RootQdisc(t, e.pair.A, iface); got != before {
 		t.Errorf("root qdisc %q after disable, was %q", got, before)
 	}
 	code, out, _ = e.cliIn(t, a, "onramp", "disable", "--iface", iface)
@@ -164,21 +161,12 @@ func TestOnRampCLI(t *testing.T) {
 	}
 
 	// A root qdisc somebody installed is refused, then replaced.
-	err := a.Do(func() error {
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		return netlink.QdiscAdd(netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	addHTBRoot(t, a, iface) // replaced below: nothing to remove
 	code, _, stderr = e.cliIn(t, a, "onramp", "enable", "--iface", iface, "--peers", "198.18.0.0/15")
 	if code == 0 || !strings.Contains(stderr, "htb 1:") || !strings.Contains(stderr, "--replace-qdisc") {
 		t.Errorf("enable over htb: exit %d: %s", code, stderr)
 	}
-	if got := rootQdisc(t, e, iface); !strings.HasPrefix(got, "htb 1:") {
+	if got := testnet.RootQdisc(t, e.pair.A, iface); !strings.HasPrefix(got, "htb 1:") {
 		t.Errorf("a refused enable changed the root qdisc to %q", got)
 	}
 	code, out, stderr = e.cliIn(t, a, "onramp", "enable", "--iface", iface, "--peers", "198.18.0.0/15", "--replace-qdisc")
@@ -187,6 +175,104 @@ func TestOnRampCLI(t *testing.T) {
 	}
 	if code, _, stderr = e.cliIn(t, a, "onramp", "disable", "--iface", iface); code != 0 {
 		t.Errorf("disable: %s", stderr)
+	}
+	if left := pinsLeft(t, e); len(left) > 0 {
+		t.Errorf("disable left pins: %v", left)
+	}
+}
+
+// TestOnRampObserveCLI: --observe runs On-Ramp without touching the root
+// qdisc, on any kernel (no fq needed: this host has none), over a root
+// qdisc somebody installed too. Turning the pauses on is enable without
+// --observe: on a kernel without sch_fq it fails and leaves On-Ramp
+// observing, as it was; on one with sch_fq it installs fq, and observing
+// again keeps it until disable, which leaves the root as it found it.
+func TestOnRampObserveCLI(t *testing.T) {
+	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux", "kernel BTF (CONFIG_DEBUG_INFO_BTF)")
+	e := newHopCLIEnv(t)
+	a, iface := e.pair.A, e.iface
+	t.Cleanup(func() { e.cliIn(t, a, "onramp", "disable", "--iface", iface) })
+	status := func() onramp.Status {
+		t.Helper()
+		var sts []onramp.Status
+		code, out, stderr := e.cliIn(t, a, "onramp", "status", "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &sts) != nil || len(sts) != 1 {
+			t.Fatalf("status --json: exit %d, %d interfaces: %s %s", code, len(sts), out, stderr)
+		}
+		return sts[0]
+	}
+	observe := []string{"onramp", "enable", "--iface", iface, "--peers", "198.18.0.0/15", "--threshold", "1ms", "--observe"}
+	enforce := observe[:len(observe)-1]
+
+	// Over a root qdisc somebody installed, without --replace-qdisc.
+	removeHTB := addHTBRoot(t, a, iface)
+	before := testnet.RootQdisc(t, e.pair.A, iface)
+	code, out, stderr := e.cliIn(t, a, observe...)
+	if code != 0 || !strings.Contains(out, "observe only (no pauses), threshold 1ms") {
+		t.Fatalf("enable --observe over %s: exit %d: %s %s", before, code, out, stderr)
+	}
+	if got := testnet.RootQdisc(t, e.pair.A, iface); got != before {
+		t.Errorf("enable --observe changed the root qdisc from %q to %q", before, got)
+	}
+	if st := status(); !st.Settings.Observe || !st.Attached || st.Qdisc != nil || len(st.Notes) != 0 {
+		t.Errorf("status in observe mode: observe %v, attached %v, qdisc %+v, notes %q", st.Settings.Observe, st.Attached, st.Qdisc, st.Notes)
+	}
+	code, out, stderr = e.cliIn(t, a, "onramp", "status")
+	if code != 0 || !strings.Contains(out, "observe only") {
+		t.Errorf("status: exit %d: %s %s", code, out, stderr)
+	}
+	// The pauses on: fq is needed, and the htb is somebody's.
+	code, _, stderr = e.cliIn(t, a, enforce...)
+	if code == 0 || !strings.Contains(stderr, "--replace-qdisc") {
+		t.Errorf("enable without --observe over htb: exit %d: %s", code, stderr)
+	}
+	if st := status(); !st.Settings.Observe || !st.Attached {
+		t.Errorf("a refused switch to pausing left observe %v, attached %v; want On-Ramp observing as before", st.Settings.Observe, st.Attached)
+	}
+	if code, _, stderr = e.cliIn(t, a, "onramp", "disable", "--iface", iface); code != 0 {
+		t.Fatalf("disable: %s", stderr)
+	}
+	if got := testnet.RootQdisc(t, e.pair.A, iface); got != before {
+		t.Errorf("disable changed the root qdisc from %q to %q", before, got)
+	}
+	removeHTB()
+
+	// Over the kernel's default root.
+	before = testnet.RootQdisc(t, e.pair.A, iface)
+	if code, out, stderr = e.cliIn(t, a, observe...); code != 0 {
+		t.Fatalf("enable --observe: exit %d: %s %s", code, out, stderr)
+	}
+	code, out, stderr = e.cliIn(t, a, enforce...)
+	switch {
+	case code != 0 && strings.Contains(stderr, "CONFIG_NET_SCH_FQ"):
+		// No sch_fq (this host): On-Ramp keeps observing.
+		if st := status(); !st.Settings.Observe || !st.Attached {
+			t.Errorf("a failed switch to pausing left observe %v, attached %v; want On-Ramp observing as before", st.Settings.Observe, st.Attached)
+		}
+		if got := testnet.RootQdisc(t, e.pair.A, iface); got != before {
+			t.Errorf("a failed switch to pausing changed the root qdisc from %q to %q", before, got)
+		}
+	case code != 0:
+		t.Fatalf("enable without --observe: exit %d: %s", code, stderr)
+	default:
+		if !strings.Contains(out, "installed fq") {
+			t.Errorf("enable without --observe does not say it installed fq: %s", out)
+		}
+		if st := status(); st.Settings.Observe || st.Qdisc == nil || !st.Qdisc.Owned {
+			t.Errorf("status after turning the pauses on: observe %v, qdisc %+v; want pausing, on ccload's fq", st.Settings.Observe, st.Qdisc)
+		}
+		if code, out, stderr = e.cliIn(t, a, observe...); code != 0 {
+			t.Fatalf("enable --observe again: exit %d: %s %s", code, out, stderr)
+		}
+		if st := status(); !st.Settings.Observe || st.Qdisc == nil {
+			t.Errorf("observing again: observe %v, qdisc %+v; want observing, with the fq kept until disable", st.Settings.Observe, st.Qdisc)
+		}
+	}
+	if code, _, stderr = e.cliIn(t, a, "onramp", "disable", "--iface", iface); code != 0 {
+		t.Errorf("disable: %s", stderr)
+	}
+	if got := testnet.RootQdisc(t, e.pair.A, iface); got != before {
+		t.Errorf("root qdisc %q after disable, was %q", got, before)
 	}
 	if left := pinsLeft(t, e); len(left) > 0 {
 		t.Errorf("disable left pins: %v", left)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/testbed"
 )
@@ -73,4 +75,31 @@ func StartSink(t testing.TB, h *testbed.Host, addr netip.Addr) *testbed.Sink {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// RootQdisc names the root qdisc of iface in h's network namespace, as
+// "kind handle" (for example "htb 1:"), or "" when it has none.
+func RootQdisc(t testing.TB, h *testbed.Host, iface string) string {
+	t.Helper()
+	var out string
+	err := h.Do(func() error {
+		l, err := netlink.LinkByName(iface)
+		if err != nil {
+			return err
+		}
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			if q.Attrs().Parent == netlink.HANDLE_ROOT {
+				out = q.Type() + " " + netlink.HandleStr(q.Attrs().Handle)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the root qdisc of %s in %s: %v", iface, h.Name, err)
+	}
+	return out
 }
