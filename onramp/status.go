@@ -116,10 +116,11 @@ type PeerStatus struct {
 	// Never set with --threshold auto.
 	AboveThreshold bool `json:"above_threshold"`
 	// ShareAboveThreshold is the share of the histogram's echoes whose
-	// one-way delay was above a fixed threshold, the echoes that asked
-	// for a pause: in observe mode, how often On-Ramp would pause this
-	// peer's flows (though pauses, once on, lower the delays that follow
-	// them). To the histogram's resolution, a bucket counting as above T
+	// one-way delay was above a fixed threshold. In observe mode each of
+	// them would have asked for a pause: it is how often On-Ramp would
+	// pause this peer's flows (though pauses, once on, lower the delays
+	// that follow them, and lag compensation lets some echoes above T
+	// pass). To the histogram's resolution, a bucket counting as above T
 	// when its middle is, as the percentiles are its middles. -1 with
 	// --threshold auto, or before any echo.
 	ShareAboveThreshold float64 `json:"share_above_threshold"`

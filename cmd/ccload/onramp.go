@@ -167,16 +167,16 @@ attached, its qdisc and parameters; flows paused now, pauses and total pause
 time, the median β over flows that paused; segments on which On-Ramp's or
 INT's option found no room; and per peer this host sends to, the one-way
 delay's p50 and p99 (to 1/8 of the value), the least recent one, the share
-of echoes above a fixed T ("above T": those that asked for a pause; with
---observe, those that would have), samples and echoes without a clock
-offset. A peer's samples are at most one echo per 100 µs; the least delay
-takes every echo.
+of echoes above a fixed T ("above T"; with --observe, each of them would
+have paused a flow), samples and echoes without a clock offset. A peer's
+samples are at most one echo per 100 µs; the least delay takes every echo.
 
 The percentiles and shares are over every echo a peer's histogram took
-since On-Ramp first saw the peer. A note names each peer whose median one-way delay is
-above a fixed threshold: most of its echoes ask for a pause, not only
-those of transients, because the CCs of flows to it keep a queue above T
-or its clock offset is wrong (see "Choosing T" in docs/onramp.md).`,
+since On-Ramp first saw the peer. A note names each peer whose median
+one-way delay is above a fixed threshold: most of its echoes ask for a
+pause, not only those of transients, because the CCs of flows to it keep a
+queue above T or its clock offset is wrong (see "Choosing T" in
+docs/onramp.md).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			sts, err := a.onRamp().Status()
