@@ -206,6 +206,11 @@ type OnRampConfig struct {
 	// without lag compensation) instead of its final algorithm, to
 	// compare the two (onramp.Config.Strawman).
 	Strawman bool
+	// Observe runs On-Ramp in observe mode (onramp.Config.Observe): it
+	// stamps, measures and echoes, and pauses nothing, so that the runs
+	// with it differ from those without by its presence alone, and report
+	// the share of echoes above T.
+	Observe bool
 	// SampleInterval is the bottleneck queue's sampling interval.
 	SampleInterval time.Duration
 	// Seed is the workload seed of the first repeat.
@@ -357,6 +362,9 @@ func (c OnRampConfig) Validate() error {
 	}
 	if math.IsNaN(c.Gain) || c.Gain <= 0 || c.Gain > 1 {
 		errs = append(errs, fmt.Errorf("On-Ramp gain %v: give (0, 1]", c.Gain))
+	}
+	if c.Observe && (c.Strawman || c.CCHolds) {
+		errs = append(errs, errors.New("--onramp-observe pauses nothing: leave out --onramp-strawman and --onramp-cc-holds, which change how pauses work"))
 	}
 	if c.SampleInterval < 50*time.Microsecond || c.SampleInterval > 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--sample-interval %v: give 50us to 100ms", c.SampleInterval))

@@ -56,6 +56,8 @@ func TestOnRampConfigValidation(t *testing.T) {
 		{"small buffer", OnRampConfig{BufferBytes: 1500}, "--buffer"},
 		{"slow senders", OnRampConfig{SenderRateBps: 1000}, "--sender-rate"},
 		{"senders beyond fq's maxrate", OnRampConfig{SenderRateBps: 40_000_000_000}, "--sender-rate"},
+		{"observe with the strawman", OnRampConfig{Observe: true, Strawman: true}, "--onramp-observe"},
+		{"observe with holds", OnRampConfig{Observe: true, CCHolds: true}, "--onramp-cc-holds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -124,8 +126,9 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 			Runtime:  &RuntimeFigures{SchedLatencyP99Us: 2000, SchedLatencyMaxUs: 8000, GCCycles: 3, GCPauseMaxUs: 500, AllocatedMB: 12}}
 		r.BPF = []ProgramCost{{Program: "int_hop", Type: ProgramTC, Runs: 900, NsPerRun: 400}}
 		if on {
-			busy := 0.004
-			r.OnRamp = &OnRampCounters{Pauses: 5, PauseSeconds: 0.1, Interfaces: 3, Counters: map[string]uint64{"pauses": 5}, BPFBusy: &busy}
+			busy, above := 0.004, 0.35
+			r.OnRamp = &OnRampCounters{Pauses: 5, PauseSeconds: 0.1, Interfaces: 3, Counters: map[string]uint64{"pauses": 5}, BPFBusy: &busy,
+				AboveThresholdShare: &above}
 			r.BPF = append(r.BPF, ProgramCost{Program: "onramp_egress", Type: ProgramTC, Runs: 800, NsPerRun: 500})
 		}
 		return r
@@ -198,7 +201,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p95 <10KB; cubic: background FCT p99 10KB-1MB", "p95: 0.83x", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 ", "bg mean FCT ratio >1MB"} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p95 <10KB; cubic: background FCT p99 10KB-1MB", "p95: 0.83x", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 ", "bg mean FCT ratio >1MB", "echoes > T %", " 35.0 "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -222,6 +225,22 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	}
 	if strings.Contains(plain.String(), "On-Ramp BPF") {
 		t.Errorf("a run without BPF statistics has an On-Ramp BPF column:\n%s", plain.String())
+	}
+	// Observing only, the targets are not judged; what is worse is still
+	// named, as the cost of On-Ramp's presence.
+	observed := noStats
+	observed.Results.OnRamp.Strawman, observed.Results.OnRamp.Observe = false, true
+	var obs bytes.Buffer
+	if err := observed.Table(&obs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"observe only: it paused nothing", "targets: not judged", "worse with On-Ramp observing: cubic: background FCT p95 <10KB"} {
+		if !strings.Contains(obs.String(), want) {
+			t.Errorf("the table of an observing run lacks %q:\n%s", want, obs.String())
+		}
+	}
+	if strings.Contains(obs.String(), "- met") {
+		t.Errorf("the table of an observing run judges a target:\n%s", obs.String())
 	}
 	dir := t.TempDir()
 	files, err := rep.Write(dir)

@@ -49,6 +49,9 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	if o.Strawman {
 		holds += "; the strawman: pauses of O - T, without lag compensation"
 	}
+	if o.Observe {
+		holds += "; observe only: it paused nothing, so the runs with it differ by its presence alone"
+	}
 	fmt.Fprintf(w, "  On-Ramp: T %v, max pause %v, gain %g, on %d interfaces (every sender and the client)%s\n",
 		time.Duration(o.ThresholdNs), time.Duration(o.MaxPauseNs), o.Gain, o.Interfaces, holds)
 
@@ -58,7 +61,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	for _, b := range buckets {
 		head = append(head, "bg FCT p99 ms "+b)
 	}
-	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "RTOs", "tail RTO", "pauses", "paused s", "RTT held %", "cpu %")
+	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "RTOs", "tail RTO", "pauses", "paused s", "echoes > T %", "RTT held %", "cpu %")
 	costs := o.BPFStats
 	if costs {
 		head = append(head, "On-Ramp BPF %")
@@ -79,15 +82,16 @@ func (r *OnRampReport) Table(w io.Writer) error {
 				failed++
 			}
 		}
-		pauses, paused, held, orBPF := "-", "-", "-", "-"
+		pauses, paused, above, held, orBPF := "-", "-", "-", "-", "-"
 		if v.OnRamp {
 			pauses, paused = f("pauses", scaled(1, "%.0f")), f("pause_seconds", scaled(1, "%.2f"))
+			above = f("above_threshold_share", scaled(100, "%.1f"))
 			held = f("rtt_held_share", scaled(100, "%.1f"))
 			orBPF = f("onramp_bpf_busy", scaled(100, "%.2f"))
 		}
 		row = append(row, f("long_flow_bps", scaled(1e-6, "%.1f")), f("utilization", scaled(100, "%.0f")),
 			f("queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")), f("retransmits", scaled(1, "%.0f")),
-			f("rtos", scaled(1, "%.0f")), tailRTOCell(v.RCTTail), pauses, paused, held, f("cpu_busy", scaled(100, "%.0f")))
+			f("rtos", scaled(1, "%.0f")), tailRTOCell(v.RCTTail), pauses, paused, above, held, f("cpu_busy", scaled(100, "%.0f")))
 		if costs {
 			row = append(row, orBPF)
 		}
@@ -106,6 +110,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run.")
 	}
 	fmt.Fprintln(w, "RTOs: retransmission timeouts over every flow; tail RTO: of the requests at or beyond the highest percentile the pooled requests support, those with a response that took one.")
+	fmt.Fprintln(w, "echoes > T: the share of the echoes the senders sampled (at most one per 100 us per peer) whose one-way delay was above T; with On-Ramp observing only, how often it would have paused.")
 	fmt.Fprintln(w, "RTT held: the share of the CC's RTT samples it took without the time On-Ramp held their segment (θ-PowerTCP; - for a CC that keeps no count).")
 	if res.Repeat > 1 {
 		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
@@ -169,6 +174,13 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	}
 
 	tg, vd := res.Targets, res.Verdict
+	if o.Observe {
+		fmt.Fprintln(w, "targets: not judged: On-Ramp only observed (--onramp-observe) and paused nothing")
+		if len(vd.Worse) > 0 {
+			fmt.Fprintf(w, "worse with On-Ramp observing: %s\n", strings.Join(vd.Worse, "; "))
+		}
+		return nil
+	}
 	rct := fmt.Sprintf("target: %s RCT p99 without/with >= %gx: ", tg.RCTCC, tg.RCTRatio)
 	switch {
 	case vd.RCTMet == nil:

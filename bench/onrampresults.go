@@ -119,6 +119,9 @@ type OnRampSettings struct {
 	// Strawman says On-Ramp ran its strawman, without lag compensation
 	// (OnRampConfig.Strawman).
 	Strawman bool `json:"strawman,omitempty"`
+	// Observe says On-Ramp only observed: it paused nothing
+	// (OnRampConfig.Observe).
+	Observe bool `json:"observe,omitempty"`
 }
 
 // OnRampVariant is one CC without or with On-Ramp, over every repeat.
@@ -325,6 +328,12 @@ type OnRampCounters struct {
 	// with OnRampRun.CPUBusy; each run includes the statistics' own two
 	// clock reads. Absent without OnRampConfig.BPFCosts.
 	BPFBusy *float64 `json:"bpf_busy,omitempty"`
+	// AboveThresholdShare is the share of the echoes the senders'
+	// per-peer histograms sampled whose one-way delay was above T
+	// (onramp.PeerStatus.ShareAboveThreshold, weighted by the peers'
+	// samples); with OnRampConfig.Observe, how often On-Ramp would have
+	// paused. Absent when no echo was sampled.
+	AboveThresholdShare *float64 `json:"above_threshold_share,omitempty"`
 }
 
 // OnRampComparison is one CC without On-Ramp against with it. A ratio is

@@ -333,7 +333,7 @@ func (r *onrampRunner) header() OnRampResults {
 			SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed},
 		OnRamp: OnRampSettings{ThresholdNs: uint64(c.Threshold), MaxPauseNs: uint64(c.MaxPause), Gain: c.Gain,
 			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts,
-			CCHolds: c.CCHolds, Strawman: c.Strawman},
+			CCHolds: c.CCHolds, Strawman: c.Strawman, Observe: c.Observe},
 		Repeat:  c.Repeat,
 		Targets: OnRampTargets{RCTRatio: OnRampTargetRCTRatio, RCTCC: OnRampTargetCC, LongFlowLoss: OnRampTargetLongFlowLoss, WorseMargin: onrampWorseMargin},
 	}
@@ -382,7 +382,7 @@ func (r *onrampRunner) enableOnRamp() error {
 	}
 	enable := func(p onrampPlace) error {
 		cfg := onramp.Config{Iface: p.iface, Peers: onrampPeers(), Threshold: c.Threshold, MaxPause: c.MaxPause, Gain: c.Gain,
-			Strawman: c.Strawman}
+			Strawman: c.Strawman, Observe: c.Observe}
 		if err := p.h.Do(func() error { _, err := r.or.Enable(cfg); return err }); err != nil {
 			return fmt.Errorf("enable On-Ramp on %s %s: %w", p.h, p.iface, err)
 		}
@@ -475,6 +475,7 @@ func (r *onrampRunner) disableOnRamp() error {
 func (r *onrampRunner) onrampStatus() (*OnRampCounters, error) {
 	out := &OnRampCounters{Counters: map[string]uint64{}}
 	var betas []float64
+	var samples, above float64
 	for _, p := range r.places {
 		var sts []onramp.Status
 		if err := p.h.Do(func() (err error) { sts, err = r.or.Status(); return err }); err != nil {
@@ -499,12 +500,20 @@ func (r *onrampRunner) onrampStatus() (*OnRampCounters, error) {
 			}
 			for _, ps := range st.PeerStats {
 				out.OWDP99MaxNs = max(out.OWDP99MaxNs, ps.OWDP99Ns)
+				if ps.ShareAboveThreshold >= 0 {
+					samples += float64(ps.Samples)
+					above += ps.ShareAboveThreshold * float64(ps.Samples)
+				}
 			}
 		}
 	}
 	if len(betas) > 0 {
 		b := median(stats.Sorted(betas))
 		out.BetaP50 = &b
+	}
+	if samples > 0 {
+		share := above / samples
+		out.AboveThresholdShare = &share
 	}
 	return out, nil
 }

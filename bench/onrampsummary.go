@@ -100,6 +100,12 @@ func onrampFigures() []onrampFigure {
 		{"allocated_mb", withRuntime(func(rt *RuntimeFigures) float64 { return rt.AllocatedMB })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
 		{"pause_seconds", withOnRamp(func(o *OnRampCounters) float64 { return o.PauseSeconds })},
+		{"above_threshold_share", func(r OnRampRun) (float64, bool) {
+			if r.OnRamp == nil || r.OnRamp.AboveThresholdShare == nil {
+				return 0, false
+			}
+			return *r.OnRamp.AboveThresholdShare, true
+		}},
 		// The share of the CC's RTT samples it took without On-Ramp's hold
 		// (rtt_held, θ-PowerTCP); absent for a kernel CC.
 		{"rtt_held_share", func(r OnRampRun) (float64, bool) {
