@@ -237,7 +237,11 @@ func (o *OnRamp) attachPrograms(key pin.IfaceKey, cfg Config) (notes []string, e
 	}
 	defer clock.Close()
 	if madeClock {
-		notes = append(notes, "no clock agent has run in this network namespace: flows pause only once `ccload clock run` publishes offsets for their peers")
+		what := "flows pause"
+		if cfg.Observe {
+			what = "one-way delays are measured"
+		}
+		notes = append(notes, "no clock agent has run in this network namespace: "+what+" only once `ccload clock run` publishes offsets for their peers")
 		defer func() {
 			if err != nil {
 				_ = os.RemoveAll(clockDir)

@@ -211,6 +211,9 @@ func TestOnRampObserveCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "observe only (no pauses), threshold 1ms") {
 		t.Fatalf("enable --observe over %s: exit %d: %s %s", before, code, out, stderr)
 	}
+	if !strings.Contains(out, "one-way delays are measured only once `ccload clock run` publishes offsets") {
+		t.Errorf("enable --observe without a clock agent does not say what waits for one: %s", out)
+	}
 	if got := testnet.RootQdisc(t, e.pair.A, iface); got != before {
 		t.Errorf("enable --observe changed the root qdisc from %q to %q", before, got)
 	}
