@@ -577,18 +577,19 @@ func TestMergePrograms(t *testing.T) {
 func TestOnRampScenarioQuick(t *testing.T) {
 	testutil.RequireRoot(t)
 	for _, tc := range []struct {
-		name     string
-		ccs      []string
-		newConns bool
+		name              string
+		ccs               []string
+		newConns, observe bool
 	}{
-		{"persistent connections", []string{"cubic", "bpf_dctcp"}, false},
-		{"a connection per response", []string{"cubic"}, true},
+		{"persistent connections", []string{"cubic", "bpf_dctcp"}, false, false},
+		{"a connection per response", []string{"cubic"}, true, false},
+		{"observing only", []string{"cubic"}, false, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testOnRampScenarioQuick(t, tc.ccs, tc.newConns) })
+		t.Run(tc.name, func(t *testing.T) { testOnRampScenarioQuick(t, tc.ccs, tc.newConns, tc.observe) })
 	}
 }
 
-func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns bool) {
+func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool) {
 	host := testutil.Host(t)
 	n := sockops.New(host)
 	l := loader.New(host, loader.WithSharedMaps(n.Store()))
@@ -599,7 +600,8 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq", BPFCosts: true, NewConnPerResponse: newConns}, &progress)
+	rep, err := RunOnRamp(ctx, l, n, OnRampConfig{Quick: true, CCs: ccs, Prefix: "cbq", BPFCosts: true, NewConnPerResponse: newConns,
+		Observe: observe}, &progress)
 	t.Logf("progress:\n%s", progress.String())
 	if left, _ := filepath.Glob("/var/run/netns/cbq*"); len(left) > 0 {
 		t.Errorf("network namespaces left behind: %v", left)
@@ -660,6 +662,12 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns bool) {
 		if o := r.OnRamp; o != nil && (o.Interfaces != res.OnRamp.Interfaces || o.Counters["echoes"] == 0 || o.Counters["rx_stamps"] == 0 ||
 			o.Counters["no_clock"] > 0 || o.Counters["rx_no_clock"] > 0) {
 			t.Errorf("%s: On-Ramp on %d of %d interfaces, counters %v", v.Name, o.Interfaces, res.OnRamp.Interfaces, o.Counters)
+		}
+		if o := r.OnRamp; o != nil && (o.AboveThresholdShare == nil || *o.AboveThresholdShare < 0 || *o.AboveThresholdShare > 1) {
+			t.Errorf("%s: the share of echoes above T is %v, want one in [0, 1]", v.Name, o.AboveThresholdShare)
+		}
+		if o := r.OnRamp; o != nil && observe && (o.Pauses != 0 || o.Counters["delayed"] != 0 || o.Counters["start_paused"] != 0) {
+			t.Errorf("%s: observing only, On-Ramp paused: %d pauses, counters %v", v.Name, o.Pauses, o.Counters)
 		}
 		var onrampProgs []string
 		for _, p := range r.BPF {
