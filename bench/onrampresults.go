@@ -423,6 +423,16 @@ type OnRampVerdict struct {
 	Worse       []string `json:"worse"`
 }
 
+// fct is the run's background flows of bucket b, if it has that bucket.
+func (r OnRampRun) fct(b string) (FCTBucket, bool) {
+	for _, f := range r.FCT {
+		if f.Bucket == b {
+			return f, true
+		}
+	}
+	return FCTBucket{}, false
+}
+
 // ranLongFlow reports whether the run had a long flow: one that failed,
 // or one with samples or a rate. A run without (--onramp-long-flow=false)
 // has none of these.

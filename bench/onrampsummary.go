@@ -37,6 +37,16 @@ func onrampFigures() []onrampFigure {
 			return float64(sumOf(r.TCPExt, names...)), true
 		}
 	}
+	// withOnRampOptional takes a counter that a run with On-Ramp may
+	// lack (nil).
+	withOnRampOptional := func(f func(*OnRampCounters) *float64) func(OnRampRun) (float64, bool) {
+		return func(r OnRampRun) (float64, bool) {
+			if r.OnRamp == nil || f(r.OnRamp) == nil {
+				return 0, false
+			}
+			return *f(r.OnRamp), true
+		}
+	}
 	withRuntime := func(f func(*RuntimeFigures) float64) func(OnRampRun) (float64, bool) {
 		return func(r OnRampRun) (float64, bool) {
 			if r.Runtime == nil {
@@ -100,12 +110,7 @@ func onrampFigures() []onrampFigure {
 		{"allocated_mb", withRuntime(func(rt *RuntimeFigures) float64 { return rt.AllocatedMB })},
 		{"pauses", withOnRamp(func(o *OnRampCounters) float64 { return float64(o.Pauses) })},
 		{"pause_seconds", withOnRamp(func(o *OnRampCounters) float64 { return o.PauseSeconds })},
-		{"above_threshold_share", func(r OnRampRun) (float64, bool) {
-			if r.OnRamp == nil || r.OnRamp.AboveThresholdShare == nil {
-				return 0, false
-			}
-			return *r.OnRamp.AboveThresholdShare, true
-		}},
+		{"above_threshold_share", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.AboveThresholdShare })},
 		// The share of the CC's RTT samples it took without On-Ramp's hold
 		// (rtt_held, θ-PowerTCP); absent for a kernel CC.
 		{"rtt_held_share", func(r OnRampRun) (float64, bool) {
@@ -115,21 +120,12 @@ func onrampFigures() []onrampFigure {
 			}
 			return float64(c["rtt_held"]) / float64(c["rtt_samples"]), true
 		}},
-		{"onramp_bpf_busy", func(r OnRampRun) (float64, bool) {
-			if r.OnRamp == nil || r.OnRamp.BPFBusy == nil {
-				return 0, false
-			}
-			return *r.OnRamp.BPFBusy, true
-		}},
+		{"onramp_bpf_busy", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.BPFBusy })},
 	}
 	for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
 		figs = append(figs, onrampFigure{"bg_fct_p99_us_" + bucketKey(b), func(r OnRampRun) (float64, bool) {
-			for _, f := range r.FCT {
-				if f.Bucket == b {
-					return f.P99Us, true
-				}
-			}
-			return 0, false
+			f, ok := r.fct(b)
+			return f.P99Us, ok
 		}})
 	}
 	return figs
@@ -340,10 +336,8 @@ func pairedLoss(without, with []OnRampRun) *Spread {
 // were slower with On-Ramp; nil when no repeat has both.
 func pairedMeanFCT(without, with []OnRampRun, b string) (*Spread, int) {
 	mean := func(r OnRampRun) float64 {
-		for _, f := range r.FCT {
-			if f.Bucket == b && f.Count > 0 {
-				return f.MeanUs
-			}
+		if f, ok := r.fct(b); ok && f.Count > 0 {
+			return f.MeanUs
 		}
 		return 0
 	}

@@ -166,6 +166,15 @@ func settingsOf(p onrampOnrampConfig) Settings {
 	}
 }
 
+// fixedThreshold is T when it is fixed; not with an automatic threshold,
+// which differs per peer, nor in settings that could not be read.
+func (s Settings) fixedThreshold() (time.Duration, bool) {
+	if s.AutoThreshold || s.ThresholdNs == 0 {
+		return 0, false
+	}
+	return time.Duration(s.ThresholdNs), true
+}
+
 // String describes the threshold as the CLI takes it.
 func (s Settings) String() string {
 	t := time.Duration(s.ThresholdNs).String()

@@ -230,10 +230,10 @@ const steadyMinSamples = 100
 // (docs/onramp.md, "Choosing T"). An automatic threshold sits a little
 // above each peer's least delay by design, so it is not judged.
 func markAboveThreshold(s Settings, peers []PeerStatus) []string {
-	if s.AutoThreshold || s.ThresholdNs == 0 {
+	t, ok := s.fixedThreshold()
+	if !ok {
 		return nil
 	}
-	t := time.Duration(s.ThresholdNs)
 	var notes []string
 	for i := range peers {
 		p := &peers[i]
@@ -297,8 +297,8 @@ func (o *OnRamp) readPeers(dir string, st *Status) error {
 		ps.OWDP50Ns = histQuantile(p.Hist[:], 0.50)
 		ps.OWDP99Ns = histQuantile(p.Hist[:], 0.99)
 		ps.ShareAboveThreshold = -1
-		if !st.Settings.AutoThreshold && st.Settings.ThresholdNs > 0 {
-			ps.ShareAboveThreshold = histShareAbove(p.Hist[:], int64(st.Settings.ThresholdNs))
+		if t, ok := st.Settings.fixedThreshold(); ok {
+			ps.ShareAboveThreshold = histShareAbove(p.Hist[:], int64(t))
 		}
 		if least := min(p.MinOwd, p.MinOwdPrev); least >= 0 && least < 0x7fffffff {
 			ps.MinOWDNs = least
@@ -326,6 +326,13 @@ func bucketRange(i int) (lo, hi int64) {
 	return lo, lo + 1<<shift
 }
 
+// bucketMiddle is the middle of bucket i's range: the value status gives
+// for the delays the bucket holds.
+func bucketMiddle(i int) int64 {
+	lo, hi := bucketRange(i)
+	return (lo + hi) / 2
+}
+
 // histTotal is the number of samples in the histogram.
 func histTotal(hist []uint32) (n uint64) {
 	for _, c := range hist {
@@ -343,7 +350,7 @@ func histShareAbove(hist []uint32, t int64) float64 {
 	}
 	var above uint64
 	for i, c := range hist {
-		if lo, hi := bucketRange(i); (lo+hi)/2 > t {
+		if bucketMiddle(i) > t {
 			above += uint64(c)
 		}
 	}
@@ -362,8 +369,7 @@ func histQuantile(hist []uint32, q float64) int64 {
 	for i, c := range hist {
 		seen += uint64(c)
 		if seen >= rank {
-			lo, hi := bucketRange(i)
-			return (lo + hi) / 2
+			return bucketMiddle(i)
 		}
 	}
 	return -1
