@@ -108,6 +108,14 @@ const (
 	// than without before the comparison calls it worse: the runs of a
 	// few minutes in a TCG guest scatter by that much.
 	onrampWorseMargin = 0.10
+	// onrampIntervalDraws and onrampIntervalLevel are how the comparison
+	// bootstraps each tail ratio over the repeats
+	// (stats.PairedTailRatioInterval): 1,000 resamples, the middle 95 %.
+	// onrampIntervalSeed fixes the resamples, so that the same runs give
+	// the same intervals.
+	onrampIntervalDraws = 1000
+	onrampIntervalLevel = 0.95
+	onrampIntervalSeed  = 1
 )
 
 // Targets of the On-Ramp issue, recorded in the results.

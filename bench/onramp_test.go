@@ -162,8 +162,11 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	}
 	variants[0].NetRCT, variants[1].NetRCT = summariseRCT(rcts(80_000)), summariseRCT(rcts(40_000))
 	variants[1].RCTTail = rctTail([]requestDetail{{rctUs: 49_000, rto: true}, {rctUs: 30_000}}, variants[1].RCT.TailUs, true)
-	cmp, verdict := compareOnRamp([]string{"cubic"}, variants, [][]float64{rcts(100_000), rcts(25_000)},
-		[][]float64{rcts(80_000), rcts(40_000)}, [][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
+	oneRepeat := []variantSamples{
+		{rcts: [][]float64{rcts(100_000)}, fcts: [][]stats.FCT{fcts(10 * time.Millisecond)}},
+		{rcts: [][]float64{rcts(25_000)}, fcts: [][]stats.FCT{fcts(12 * time.Millisecond)}},
+	}
+	cmp, verdict := compareOnRamp([]string{"cubic"}, variants, oneRepeat)
 	if len(cmp) != 1 || cmp[0].RCTP99Ratio == nil || math.Abs(*cmp[0].RCTP99Ratio-4) > 1e-9 {
 		t.Fatalf("comparison %+v: want an RCT p99 ratio of 4", cmp)
 	}
@@ -286,8 +289,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 			}
 		}
 	}
-	cmp, verdict = compareOnRamp([]string{"cubic"}, short, [][]float64{rcts(100_000), rcts(25_000)},
-		[][]float64{rcts(80_000), rcts(40_000)}, [][]stats.FCT{fcts(10 * time.Millisecond), fcts(12 * time.Millisecond)})
+	cmp, verdict = compareOnRamp([]string{"cubic"}, short, oneRepeat)
 	if len(cmp) != 1 || cmp[0].LongFlowLoss != nil || cmp[0].LongFlowPairedLoss != nil || !verdict.LongFlowMet {
 		t.Fatalf("without a long flow: comparison %+v, verdict %+v; want no loss and nothing failed", cmp, verdict)
 	}
@@ -316,6 +318,28 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	validate(t, schema, js)
+
+	// Five repeats and more give every tail ratio an interval, and the
+	// verdict what is worse beyond the noise.
+	iv := &stats.Interval{Lo: 0.7, Hi: 0.9, Level: 0.95, Draws: 1000}
+	many := *rep
+	many.Results.Repeat = 6
+	many.Results.Comparisons = slices.Clone(rep.Results.Comparisons)
+	many.Results.Comparisons[0].RCTTailRatioInterval = iv
+	many.Results.Comparisons[0].FCT = slices.Clone(rep.Results.Comparisons[0].FCT)
+	many.Results.Comparisons[0].FCT[0].TailRatioInterval = iv
+	many.Results.Verdict.WorseBeyondNoise = []string{"cubic: background FCT p95 <10KB"}
+	dir = t.TempDir()
+	if _, err := many.Write(dir); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if js, err = os.ReadFile(filepath.Join(dir, "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, schema, js)
+	if !bytes.Contains(js, []byte(`"tail_ratio_interval"`)) || !bytes.Contains(js, []byte(`"worse_beyond_noise"`)) {
+		t.Errorf("results.json lacks the intervals or worse_beyond_noise:\n%s", js)
+	}
 
 	// Runs without a background flow in any size bucket (a short run at
 	// a low --load): the FCT plot has nothing to draw and is skipped, and
@@ -464,6 +488,107 @@ func TestPairedMeanFCT(t *testing.T) {
 				t.Errorf("pairedMeanFCT = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCompareOnRampIntervals checks the tail ratios' intervals over
+// resamples of the repeats: a tail that is worse in every repeat is worse
+// beyond the repeats' noise, one that a single repeat's run makes worse is
+// not, and fewer than five repeats give no interval and no such verdict.
+func TestCompareOnRampIntervals(t *testing.T) {
+	// flows is one run's 40 small flows, from scale ms to 39/40 above it.
+	flows := func(scale float64) []stats.FCT {
+		var out []stats.FCT
+		for k := range 40 {
+			d := scale * (1 + float64(k)/40)
+			out = append(out, stats.FCT{Bytes: 5000, Duration: time.Duration(d * float64(time.Millisecond))})
+		}
+		return out
+	}
+	reqs := func(scale float64) []float64 {
+		var out []float64
+		for k := range 30 {
+			out = append(out, scale*1000*(1+float64(k)/30))
+		}
+		return out
+	}
+	// build makes n repeats; repeat i's runs have scale i+1, and withSlow
+	// says how much slower repeat i's run with On-Ramp is.
+	build := func(n int, withSlow func(i int) float64) []variantSamples {
+		var without, with variantSamples
+		for i := range n {
+			scale := float64(i + 1)
+			without.add(reqs(scale), flows(scale))
+			with.add(reqs(scale), flows(scale*withSlow(i)))
+		}
+		return []variantSamples{without, with}
+	}
+	variants := []OnRampVariant{{Name: "cubic", CC: "cubic"}, {Name: "cubic+onramp", CC: "cubic", OnRamp: true}}
+	for _, tc := range []struct {
+		name         string
+		samples      []variantSamples
+		wantWorse    bool
+		wantBeyond   bool
+		wantInterval bool
+	}{
+		{"slower in every repeat", build(6, func(int) float64 { return 1.3 }), true, true, true},
+		{"slower in one repeat only", build(6, func(i int) float64 {
+			if i == 5 {
+				return 3
+			}
+			return 1
+		}), true, false, true},
+		{"the same runs", build(6, func(int) float64 { return 1 }), false, false, true},
+		{"too few repeats to tell", build(4, func(int) float64 { return 1.3 }), true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmp, verdict := compareOnRamp([]string{"cubic"}, variants, tc.samples)
+			if len(cmp) != 1 {
+				t.Fatalf("comparisons %+v: want one", cmp)
+			}
+			var x *FCTComparison
+			for i := range cmp[0].FCT {
+				if cmp[0].FCT[i].Bucket == stats.BucketSmall {
+					x = &cmp[0].FCT[i]
+				}
+			}
+			if x == nil || x.TailP == 0 {
+				t.Fatalf("small flows %+v: want a tail percentile", x)
+			}
+			small := fmt.Sprintf("cubic: background FCT p%g %s", x.TailP, stats.BucketSmall)
+			if got := slices.Contains(verdict.Worse, small); got != tc.wantWorse {
+				t.Errorf("worse %v: %q listed %v, want %v", verdict.Worse, small, got, tc.wantWorse)
+			}
+			if got := slices.Contains(verdict.WorseBeyondNoise, small); got != tc.wantBeyond {
+				t.Errorf("worse beyond noise %v: %q listed %v, want %v", verdict.WorseBeyondNoise, small, got, tc.wantBeyond)
+			}
+			if verdict.WorseBeyondNoise == nil {
+				t.Error("worse beyond noise is nil, want an empty list in the JSON")
+			}
+			for _, iv := range []*stats.Interval{x.TailRatioInterval, cmp[0].RCTTailRatioInterval} {
+				if (iv != nil) != tc.wantInterval {
+					t.Fatalf("interval %+v: want one %v", iv, tc.wantInterval)
+				}
+				if iv != nil && (iv.Lo > iv.Hi || iv.Level != onrampIntervalLevel || iv.Draws != onrampIntervalDraws) {
+					t.Errorf("interval %+v: want lo <= hi, level %v, %d draws", iv, onrampIntervalLevel, onrampIntervalDraws)
+				}
+			}
+		})
+	}
+	// The table gives each tail ratio its interval, and names what is
+	// worse beyond the noise.
+	cmp, verdict := compareOnRamp([]string{"cubic"}, variants, build(6, func(int) float64 { return 1.3 }))
+	rep := &OnRampReport{Results: OnRampResults{Repeat: 6, Variants: variants, Comparisons: cmp, Verdict: verdict,
+		Targets: OnRampTargets{RCTRatio: 3, RCTCC: "cubic", LongFlowLoss: 0.05, WorseMargin: 0.1}}}
+	var table bytes.Buffer
+	if err := rep.Table(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"p95: 0.77x (0.77-0.77)", "the middle 95% of that ratio over 1000 resamples of the repeats",
+		"worse with On-Ramp beyond the repeats' noise (interval below 1): cubic: background FCT p95 <10KB\n"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, table.String())
+		}
 	}
 }
 

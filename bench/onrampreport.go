@@ -132,6 +132,9 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		tail := "-"
 		if c.RCTTailRatio != nil {
 			tail = fmt.Sprintf("p%g: %.2fx", c.RCTTailP, *c.RCTTailRatio)
+			if c.RCTTailP <= 99 {
+				tail += intervalText(c.RCTTailRatioInterval)
+			}
 		}
 		row := []string{c.CC, ms(c.RCTP99WithoutUs), ms(c.RCTP99WithUs), ratioCell(c.RCTP99Ratio), ratioCell(c.RCTP50Ratio), tail, ratioCell(c.NetRCTP99Ratio),
 			mbits(c.LongFlowWithoutBps, wl.LongFlows), mbits(c.LongFlowWithBps, wl.LongFlows), lossCell(c.LongFlowLoss), pairedLossCell(c.LongFlowPairedLoss)}
@@ -139,7 +142,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 			cell := "-"
 			for _, x := range c.FCT {
 				if x.Bucket == b && x.TailRatio != nil {
-					cell = fmt.Sprintf("p%g: %.2fx", x.TailP, *x.TailRatio)
+					cell = fmt.Sprintf("p%g: %.2fx", x.TailP, *x.TailRatio) + intervalText(x.TailRatioInterval)
 				}
 			}
 			row = append(row, cell)
@@ -168,6 +171,10 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	fmt.Fprintln(w, "(ten requests at or beyond it; p99 needs 1,000 requests, and below that p99 is close to the slowest request); loss: 1 - with/without of the medians;\npaired loss: 1 - with/without of each repeat's two runs, which share a workload seed: median (min-max) over the repeats.")
 	fmt.Fprintln(w, "bg FCT tail ratio: the same for the background flows of each size, at their p99, or the highest percentile below it that both pooled samples support.")
 	fmt.Fprintf(w, "worse: a tail (the p99, or below it the highest percentile both pooled samples support) more than %.0f%% above the one without On-Ramp.\n", 100*res.Targets.WorseMargin)
+	if res.Repeat >= stats.MinBootstrapRepeats {
+		fmt.Fprintf(w, "(lo-hi) after a tail ratio: the middle %.0f%% of that ratio over %d resamples of the repeats, each repeat's two runs kept together: how far it moves with\n", 100*onrampIntervalLevel, onrampIntervalDraws)
+		fmt.Fprintln(w, "which runs the bench happened to make. A worse tail whose interval lies wholly below 1 is worse beyond the repeats' noise.")
+	}
 
 	if err := res.writePairedFCT(w, buckets); err != nil {
 		return err
@@ -178,6 +185,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		fmt.Fprintln(w, "targets: not judged: On-Ramp only observed (--onramp-observe) and paused nothing")
 		if len(vd.Worse) > 0 {
 			fmt.Fprintf(w, "worse with On-Ramp observing: %s\n", strings.Join(vd.Worse, "; "))
+			res.writeBeyondNoise(w, "observing")
 		}
 		return nil
 	}
@@ -207,8 +215,36 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		fmt.Fprintln(w, "worse with On-Ramp: none")
 	} else {
 		fmt.Fprintf(w, "worse with On-Ramp: %s\n", strings.Join(vd.Worse, "; "))
+		res.writeBeyondNoise(w, "")
 	}
 	return nil
+}
+
+// writeBeyondNoise prints which of the verdict's worse figures are worse
+// beyond the repeats' noise, when there are enough repeats to tell; mode
+// ("observing", or empty) follows "with On-Ramp" as in the worse line.
+func (res *OnRampResults) writeBeyondNoise(w io.Writer, mode string) {
+	if res.Repeat < stats.MinBootstrapRepeats {
+		return
+	}
+	list := "none"
+	if len(res.Verdict.WorseBeyondNoise) > 0 {
+		list = strings.Join(res.Verdict.WorseBeyondNoise, "; ")
+	}
+	with := "with On-Ramp"
+	if mode != "" {
+		with += " " + mode
+	}
+	fmt.Fprintf(w, "worse %s beyond the repeats' noise (interval below 1): %s\n", with, list)
+}
+
+// intervalText is " (lo-hi)" for a ratio's interval over resamples of the
+// repeats, or "" without one.
+func intervalText(iv *stats.Interval) string {
+	if iv == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%.2f-%.2f)", iv.Lo, iv.Hi)
 }
 
 // writeLossRepair prints how the senders' TCP found and repaired losses,

@@ -3,6 +3,8 @@ package bench
 import (
 	_ "embed"
 	"time"
+
+	"github.com/ccload/ccload/bench/stats"
 )
 
 // OnRampSchemaID names the layout of the onramp scenario's results.json.
@@ -350,6 +352,12 @@ type OnRampComparison struct {
 	// and RCTTailRatio the ratio there.
 	RCTTailP     float64  `json:"rct_tail_p"`
 	RCTTailRatio *float64 `json:"rct_tail_ratio,omitempty"`
+	// RCTTailRatioInterval is the middle 95 % of the ratio, at the
+	// percentile WorseRCT judges (RCTTailP, at most 99), over resamples
+	// of the repeats (stats.PairedTailRatioInterval): how far the ratio
+	// moves with which runs the bench happened to make. Absent with
+	// fewer than five repeats.
+	RCTTailRatioInterval *stats.Interval `json:"rct_tail_ratio_interval,omitempty"`
 	// NetRCTP99Ratio is the same ratio of the network RCTs' p99
 	// (OnRampVariant.NetRCT).
 	NetRCTP99Ratio *float64 `json:"net_rct_p99_ratio,omitempty"`
@@ -389,6 +397,9 @@ type FCTComparison struct {
 	TailWithoutUs float64  `json:"tail_without_us,omitempty"`
 	TailWithUs    float64  `json:"tail_with_us,omitempty"`
 	TailRatio     *float64 `json:"tail_ratio,omitempty"`
+	// TailRatioInterval is the middle 95 % of TailRatio over resamples
+	// of the repeats, as OnRampComparison.RCTTailRatioInterval.
+	TailRatioInterval *stats.Interval `json:"tail_ratio_interval,omitempty"`
 	// PairedMeanRatio is, per repeat, the bucket's mean FCT without
 	// On-Ramp over the one with it, between the two runs that share the
 	// repeat's workload seed: its median and range over the repeats
@@ -417,10 +428,15 @@ type OnRampTargets struct {
 // RCTCC did not run; LongFlowMet is over the CCs that have a loss (true
 // when none has, as in a run without a long flow);
 // Worse lists "CC: what" for every figure a CC made worse.
+// WorseBeyondNoise lists those of Worse whose ratio's interval over
+// resamples of the repeats lies wholly below 1: worse whichever of the
+// repeats the bench had made. The rest of Worse may be the runs'
+// scatter; with fewer than five repeats it is empty.
 type OnRampVerdict struct {
-	RCTMet      *bool    `json:"rct_met,omitempty"`
-	LongFlowMet bool     `json:"long_flow_met"`
-	Worse       []string `json:"worse"`
+	RCTMet           *bool    `json:"rct_met,omitempty"`
+	LongFlowMet      bool     `json:"long_flow_met"`
+	Worse            []string `json:"worse"`
+	WorseBeyondNoise []string `json:"worse_beyond_noise"`
 }
 
 // fct is the run's background flows of bucket b, if it has that bucket.

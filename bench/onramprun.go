@@ -187,10 +187,9 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 	rep := &OnRampReport{Config: cfg, Results: r.header()}
 	vs := cfg.variants()
 	runs := make(map[string][]OnRampRun, len(vs))
-	rcts := make(map[string][]float64, len(vs))
+	samples := make(map[string]*variantSamples, len(vs))
 	netRCTs := make(map[string][]float64, len(vs))
 	details := make(map[string][]requestDetail, len(vs))
-	bgFCTs := make(map[string][]stats.FCT, len(vs))
 	intOn := map[string]bool{}
 	total := cfg.Repeat * len(vs)
 	for i := range cfg.Repeat {
@@ -208,26 +207,32 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 			}
 			out.res.Repeat = i
 			runs[name] = append(runs[name], out.res)
-			rcts[name] = append(rcts[name], out.rcts...)
+			if samples[name] == nil {
+				samples[name] = &variantSamples{}
+			}
+			samples[name].add(out.rcts, out.fcts)
 			netRCTs[name] = append(netRCTs[name], out.netRCTs...)
 			details[name] = append(details[name], out.reqs...)
-			bgFCTs[name] = append(bgFCTs[name], out.fcts...)
 			intOn[name] = intOn[name] || out.int
 			r.say("%s %s: %s (%v)", step, name, onrampSummaryLine(out.res), time.Since(started).Round(100*time.Millisecond))
 		}
 	}
+	var bySample []variantSamples
 	for _, v := range vs {
 		name := v.String()
-		res := summariseOnRamp(v, runs[name], rcts[name], bgFCTs[name], r.idealFCT)
+		x := *samples[name]
+		rcts, fcts := x.pooledRCTs(), x.pooledFCTs()
+		res := summariseOnRamp(v, runs[name], rcts, fcts, r.idealFCT)
 		res.NetRCT = summariseRCT(netRCTs[name])
 		res.RCTTail = rctTail(details[name], res.RCT.TailUs, kernelCountsRTOs(rep.Results.Machine.Kernel))
 		res.Params, res.ECN, res.INT = r.params[v.cc], r.ecn[v.cc], intOn[name]
 		rep.Results.Variants = append(rep.Results.Variants, res)
-		rep.rcts = append(rep.rcts, rcts[name])
+		rep.rcts = append(rep.rcts, rcts)
 		rep.netRCTs = append(rep.netRCTs, netRCTs[name])
-		rep.fcts = append(rep.fcts, bgFCTs[name])
+		rep.fcts = append(rep.fcts, fcts)
+		bySample = append(bySample, x)
 	}
-	rep.Results.Comparisons, rep.Results.Verdict = compareOnRamp(cfg.CCs, rep.Results.Variants, rep.rcts, rep.netRCTs, rep.fcts)
+	rep.Results.Comparisons, rep.Results.Verdict = compareOnRamp(cfg.CCs, rep.Results.Variants, bySample)
 	return rep, nil
 }
 

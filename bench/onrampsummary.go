@@ -237,24 +237,66 @@ func ratio(a, b float64) *float64 {
 	return &v
 }
 
+// variantSamples is one variant's requests' RCTs (µs) and background
+// flows, each repeat's apart, in repeat order: repeat i of one variant
+// and repeat i of another share a workload seed.
+type variantSamples struct {
+	rcts [][]float64
+	fcts [][]stats.FCT
+}
+
+// add appends one run's samples as the next repeat.
+func (s *variantSamples) add(rcts []float64, fcts []stats.FCT) {
+	s.rcts = append(s.rcts, rcts)
+	s.fcts = append(s.fcts, fcts)
+}
+
+// pooledRCTs is every repeat's RCTs together.
+func (s variantSamples) pooledRCTs() []float64 { return slices.Concat(s.rcts...) }
+
+// pooledFCTs is every repeat's background flows together.
+func (s variantSamples) pooledFCTs() []stats.FCT { return slices.Concat(s.fcts...) }
+
+// bucketRepeats is each repeat's FCTs of bucket b, in µs.
+func (s variantSamples) bucketRepeats(b string) [][]float64 {
+	out := make([][]float64, len(s.fcts))
+	for i, f := range s.fcts {
+		out[i] = bucketMicros(f, b)
+	}
+	return out
+}
+
+// tailInterval bootstraps the ratio without/with of percentile p over the
+// repeats (stats.PairedTailRatioInterval); nil with too few repeats.
+func tailInterval(without, with [][]float64, p float64) *stats.Interval {
+	iv, ok := stats.PairedTailRatioInterval(without, with, p, onrampIntervalDraws, onrampIntervalLevel, onrampIntervalSeed)
+	if !ok {
+		return nil
+	}
+	return &iv
+}
+
+// beyondNoise reports whether a ratio's interval lies wholly below 1:
+// in nearly every resample of the repeats, On-Ramp's tail was the longer.
+func beyondNoise(iv *stats.Interval) bool { return iv != nil && iv.Hi < 1 }
+
 // compareOnRamp compares each CC's variant without On-Ramp with its
-// variant with it, and judges the targets. rcts and netRCTs (µs) and fcts
-// are the variants' pooled RCTs, network RCTs and background flows, in
-// the order of vs.
-func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, fcts [][]stats.FCT) ([]OnRampComparison, OnRampVerdict) {
-	find := func(cc string, on bool) (OnRampVariant, []float64, []stats.FCT, bool) {
+// variant with it, and judges the targets. samples are the variants'
+// requests and background flows, per repeat, in the order of vs.
+func compareOnRamp(ccs []string, vs []OnRampVariant, samples []variantSamples) ([]OnRampComparison, OnRampVerdict) {
+	find := func(cc string, on bool) (OnRampVariant, variantSamples, bool) {
 		for i, v := range vs {
 			if v.CC == cc && v.OnRamp == on {
-				return v, rcts[i], fcts[i], true
+				return v, samples[i], true
 			}
 		}
-		return OnRampVariant{}, nil, nil, false
+		return OnRampVariant{}, variantSamples{}, false
 	}
-	verdict := OnRampVerdict{LongFlowMet: true, Worse: []string{}}
+	verdict := OnRampVerdict{LongFlowMet: true, Worse: []string{}, WorseBeyondNoise: []string{}}
 	out := []OnRampComparison{}
 	for _, cc := range ccs {
-		without, rw, fw, ok1 := find(cc, false)
-		with, rr, fr, ok2 := find(cc, true)
+		without, xw, ok1 := find(cc, false)
+		with, xr, ok2 := find(cc, true)
 		if !ok1 || !ok2 {
 			continue
 		}
@@ -262,7 +304,8 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 		c.RCTP99Ratio = ratio(without.RCT.P99Us, with.RCT.P99Us)
 		c.RCTP50Ratio = ratio(without.RCT.P50Us, with.RCT.P50Us)
 		c.NetRCTP99Ratio = ratio(without.NetRCT.P99Us, with.NetRCT.P99Us)
-		sw, sr := stats.Sorted(rw), stats.Sorted(rr)
+		sw, sr := stats.Sorted(xw.pooledRCTs()), stats.Sorted(xr.pooledRCTs())
+		fw, fr := xw.pooledFCTs(), xr.pooledFCTs()
 		c.RCTTailP = stats.SupportedPercentile(min(len(sw), len(sr)))
 		if c.RCTTailP > 0 {
 			c.RCTTailRatio = ratio(stats.Percentile(sw, c.RCTTailP), stats.Percentile(sr, c.RCTTailP))
@@ -279,9 +322,14 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 		c.LongFlowPairedLoss = pairedLoss(without.Runs, with.Runs)
 		if p := min(c.RCTTailP, 99); p > 0 {
 			tw, tr := stats.Percentile(sw, p), stats.Percentile(sr, p)
+			c.RCTTailRatioInterval = tailInterval(xw.rcts, xr.rcts, p)
 			c.WorseRCT = tr > (1+onrampWorseMargin)*tw
 			if c.WorseRCT {
-				verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: RCT p%g", cc, p))
+				what := fmt.Sprintf("%s: RCT p%g", cc, p)
+				verdict.Worse = append(verdict.Worse, what)
+				if beyondNoise(c.RCTTailRatioInterval) {
+					verdict.WorseBeyondNoise = append(verdict.WorseBeyondNoise, what)
+				}
 			}
 		}
 		for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
@@ -296,9 +344,14 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, rcts, netRCTs [][]float64, 
 			if x.TailP = min(stats.SupportedPercentile(min(len(uw), len(ur))), 99); x.TailP > 0 {
 				x.TailWithoutUs, x.TailWithUs = stats.Percentile(uw, x.TailP), stats.Percentile(ur, x.TailP)
 				x.TailRatio = ratio(x.TailWithoutUs, x.TailWithUs)
+				x.TailRatioInterval = tailInterval(xw.bucketRepeats(b), xr.bucketRepeats(b), x.TailP)
 				if b != stats.BucketAll && x.TailWithUs > (1+onrampWorseMargin)*x.TailWithoutUs {
+					what := fmt.Sprintf("%s: background FCT p%g %s", cc, x.TailP, b)
 					c.WorseFCT = append(c.WorseFCT, b)
-					verdict.Worse = append(verdict.Worse, fmt.Sprintf("%s: background FCT p%g %s", cc, x.TailP, b))
+					verdict.Worse = append(verdict.Worse, what)
+					if beyondNoise(x.TailRatioInterval) {
+						verdict.WorseBeyondNoise = append(verdict.WorseBeyondNoise, what)
+					}
 				}
 			}
 			c.FCT = append(c.FCT, x)
