@@ -102,7 +102,9 @@ Scenarios:
              On-Ramp's programs took), how long the bench's own goroutines
              waited to run (they start the flows), and the ratios
              without/with, pooled and, for the background flows' mean
-             FCT, paired by repeat. Its own defaults: --cc
+             FCT, paired by repeat; with --repeat 5 or more, each tail
+             ratio's 95% interval over resamples of the repeats, and
+             what is worse beyond that noise. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
              1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
              10ms; --quick: 8 servers, 2 background senders. It needs
