@@ -310,14 +310,20 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if row := regexp.MustCompile(`(?m)^\s*cubic\s+198\.0\s+49\.5\s+4\.00x\s+4\.00x\s+p90: 4\.00x(\s+-){5}\s`); !row.MatchString(table.String()) {
 		t.Errorf("the comparison without a long flow does not show its rates as -:\n%s", table.String())
 	}
-	dir = t.TempDir()
-	if _, err := nl.Write(dir); err != nil {
-		t.Fatalf("write: %v", err)
+	writeValid := func(r *OnRampReport) []byte {
+		t.Helper()
+		dir := t.TempDir()
+		if _, err := r.Write(dir); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		validate(t, schema, js)
+		return js
 	}
-	if js, err = os.ReadFile(filepath.Join(dir, "results.json")); err != nil {
-		t.Fatal(err)
-	}
-	validate(t, schema, js)
+	writeValid(&nl)
 
 	// Five repeats and more give every tail ratio an interval, and the
 	// verdict what is worse beyond the noise.
@@ -329,15 +335,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	many.Results.Comparisons[0].FCT = slices.Clone(rep.Results.Comparisons[0].FCT)
 	many.Results.Comparisons[0].FCT[0].TailRatioInterval = iv
 	many.Results.Verdict.WorseBeyondNoise = []string{"cubic: background FCT p95 <10KB"}
-	dir = t.TempDir()
-	if _, err := many.Write(dir); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	if js, err = os.ReadFile(filepath.Join(dir, "results.json")); err != nil {
-		t.Fatal(err)
-	}
-	validate(t, schema, js)
-	if !bytes.Contains(js, []byte(`"tail_ratio_interval"`)) || !bytes.Contains(js, []byte(`"worse_beyond_noise"`)) {
+	if js := writeValid(&many); !bytes.Contains(js, []byte(`"tail_ratio_interval"`)) || !bytes.Contains(js, []byte(`"worse_beyond_noise"`)) {
 		t.Errorf("results.json lacks the intervals or worse_beyond_noise:\n%s", js)
 	}
 
