@@ -429,9 +429,9 @@ type OnRampTargets struct {
 // when none has, as in a run without a long flow);
 // Worse lists "CC: what" for every figure a CC made worse.
 // WorseBeyondNoise lists those of Worse whose ratio's interval over
-// resamples of the repeats lies wholly below 1: worse whichever of the
-// repeats the bench had made. The rest of Worse may be the runs'
-// scatter; with fewer than five repeats it is empty.
+// resamples of the repeats lies wholly below 1: worse in nearly every
+// resample. The rest of Worse may be the runs' scatter; with fewer than
+// five repeats it is empty.
 type OnRampVerdict struct {
 	RCTMet           *bool    `json:"rct_met,omitempty"`
 	LongFlowMet      bool     `json:"long_flow_met"`
