@@ -120,7 +120,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	run := func(rctUs, longBps float64, on bool) OnRampRun {
 		r := OnRampRun{Requests: 10, RequestsCompleted: 10, RCTP50Us: rctUs / 2, RCTP99Us: rctUs, RCTMaxUs: rctUs,
 			LongFlowBps: longBps, KernelCCs: []string{"cubic"}, FCT: []FCTBucket{}, DurationMillis: 1000,
-			Responses: 160, BackgroundFlows: 3, SinkResults: 164,
+			Responses: 160, BackgroundFlows: 3, SinkResults: 164, CPUBusy: 0.40,
 			TCPExt:   map[string]uint64{"TCPLossProbes": 7, "TCPSackRecovery": 2, "TCPRenoRecovery": 1, "TCPDSACKUndo": 3},
 			LongFlow: &LongFlowState{CwndP50: 20, SRTTP50Us: 1500, MSS: 1436, BusyMs: 1000, SndbufLimitedMs: 250},
 			Runtime:  &RuntimeFigures{SchedLatencyP99Us: 2000, SchedLatencyMaxUs: 8000, GCCycles: 3, GCPauseMaxUs: 500, AllocatedMB: 12}}
@@ -130,6 +130,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 			r.OnRamp = &OnRampCounters{Pauses: 5, PauseSeconds: 0.1, Interfaces: 3, Counters: map[string]uint64{"pauses": 5}, BPFBusy: &busy,
 				AboveThresholdShare: &above}
 			r.BPF = append(r.BPF, ProgramCost{Program: "onramp_egress", Type: ProgramTC, Runs: 800, NsPerRun: 500})
+			r.CPUBusy = 0.43
 		}
 		return r
 	}
@@ -179,6 +180,9 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if l := cmp[0].LongFlowPairedLoss; l == nil || math.Abs(l.Median-0.025) > 1e-9 || l.N != 1 {
 		t.Errorf("paired long-flow loss %+v, want 0.025 over one repeat", l)
 	}
+	if a := cmp[0].CPUAdded; a == nil || math.Abs(a.Median-0.03) > 1e-9 || a.N != 1 || cmp[0].CPUBusier != 1 {
+		t.Errorf("CPU added %+v, busier in %d repeats; want 0.03 over one repeat, busier in it", a, cmp[0].CPUBusier)
+	}
 	if verdict.RCTMet == nil || !*verdict.RCTMet || !verdict.LongFlowMet {
 		t.Errorf("verdict %+v: want both targets met", verdict)
 	}
@@ -204,7 +208,7 @@ func TestOnRampComparisonAndSchema(t *testing.T) {
 	if err := rep.Table(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p95 <10KB; cubic: background FCT p99 10KB-1MB", "p95: 0.83x", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 ", "bg mean FCT ratio >1MB", "echoes > T %", " 35.0 "} {
+	for _, want := range []string{"cubic+onramp", "4.00x", "- met", "worse with On-Ramp: cubic: background FCT p95 <10KB; cubic: background FCT p99 10KB-1MB", "p95: 0.83x", "On-Ramp BPF %", " 0.40 ", "paired loss %", "2.5 (2.5-2.5)", " 1/1 ", "the strawman: pauses of O - T", "loss probes", "TCPSpuriousRtxHostQueues", "sndbuf-limited %", " 1.50 ", "bg mean FCT ratio >1MB", "echoes > T %", " 35.0 ", "cpu points added", "3.0 (3.0-3.0)"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
@@ -444,12 +448,17 @@ func TestKernelCountsRTOs(t *testing.T) {
 	}
 }
 
-// TestPairedMeanFCT checks that a bucket's mean FCTs are paired by
-// repeat, without over with On-Ramp, that the slower repeats are counted,
-// and that repeats without both runs or without flows of the bucket in
-// either are left out.
-func TestPairedMeanFCT(t *testing.T) {
-	run := func(repeat int, large, small float64) OnRampRun {
+// TestPairedByRepeat checks the figures taken between the two runs of a
+// repeat: the long flow's loss, the CPU On-Ramp added and a bucket's mean
+// FCT ratio. They pair by repeat, not by order; a repeat without both
+// runs, or without the figure's base in the run without On-Ramp, is left
+// out; the count is of the repeats whose value was larger with On-Ramp.
+func TestPairedByRepeat(t *testing.T) {
+	loss := func(w, r []OnRampRun) (*Spread, int) { return pairedLoss(w, r), 0 }
+	large := func(w, r []OnRampRun) (*Spread, int) { return pairedMeanFCT(w, r, stats.BucketLarge) }
+	long := func(repeat int, bps float64) OnRampRun { return OnRampRun{Repeat: repeat, LongFlowBps: bps} }
+	busy := func(repeat int, b float64) OnRampRun { return OnRampRun{Repeat: repeat, CPUBusy: b} }
+	fct := func(repeat int, large, small float64) OnRampRun {
 		r := OnRampRun{Repeat: repeat, FCT: []FCTBucket{}}
 		if large > 0 {
 			r.FCT = append(r.FCT, FCTBucket{Bucket: stats.BucketLarge, Count: 3, MeanUs: large})
@@ -459,33 +468,67 @@ func TestPairedMeanFCT(t *testing.T) {
 		}
 		return r
 	}
+	one := func(v float64) *Spread { return &Spread{Median: v, Min: v, Max: v, N: 1} }
 	for _, tc := range []struct {
 		name          string
+		figure        func(without, with []OnRampRun) (*Spread, int)
 		without, with []OnRampRun
 		want          *Spread
-		slower        int
+		larger        int
 	}{
-		{"none", nil, nil, nil, 0},
-		{"one repeat, slower", []OnRampRun{run(0, 100, 10)}, []OnRampRun{run(0, 125, 5)}, &Spread{Median: 0.8, Min: 0.8, Max: 0.8, N: 1}, 1},
-		{"paired by repeat, not by order", []OnRampRun{run(0, 100, 0), run(1, 200, 0)}, []OnRampRun{run(1, 100, 0), run(0, 125, 0)},
+		{"loss: none", loss, nil, nil, nil, 0},
+		{"loss: no run with On-Ramp", loss, []OnRampRun{long(0, 40)}, nil, nil, 0},
+		{"loss: one repeat", loss, []OnRampRun{long(0, 40)}, []OnRampRun{long(0, 30)}, one(0.25), 0},
+		{"loss: paired by repeat", loss, []OnRampRun{long(0, 40), long(1, 20)}, []OnRampRun{long(1, 22), long(0, 36)},
+			&Spread{Median: 0.0, Min: -0.1, Max: 0.1, N: 2}, 0},
+		{"loss: a repeat without its pair", loss, []OnRampRun{long(0, 40), long(2, 50)}, []OnRampRun{long(0, 40), long(1, 10)}, one(0), 0},
+		{"loss: no long flow without On-Ramp", loss, []OnRampRun{long(0, 0)}, []OnRampRun{long(0, 30)}, nil, 0},
+		{"loss: no long flow with On-Ramp, all lost", loss, []OnRampRun{long(0, 40)}, []OnRampRun{long(0, 0)}, one(1), 0},
+		{"cpu: none", pairedCPUAdded, nil, nil, nil, 0},
+		{"cpu: one repeat, busier", pairedCPUAdded, []OnRampRun{busy(0, 0.5)}, []OnRampRun{busy(0, 0.55)}, one(0.05), 1},
+		{"cpu: paired by repeat", pairedCPUAdded, []OnRampRun{busy(0, 0.5), busy(1, 0.4)}, []OnRampRun{busy(1, 0.3), busy(0, 0.6)},
+			&Spread{Median: 0, Min: -0.1, Max: 0.1, N: 2}, 1},
+		{"cpu: a repeat without its pair", pairedCPUAdded, []OnRampRun{busy(0, 0.5), busy(2, 0.5)}, []OnRampRun{busy(0, 0.5), busy(1, 0.9)}, one(0), 0},
+		{"cpu: no figure without On-Ramp", pairedCPUAdded, []OnRampRun{busy(0, 0)}, []OnRampRun{busy(0, 0.5)}, nil, 0},
+		{"fct: none", large, nil, nil, nil, 0},
+		{"fct: one repeat, slower", large, []OnRampRun{fct(0, 100, 10)}, []OnRampRun{fct(0, 125, 5)}, one(0.8), 1},
+		{"fct: paired by repeat", large, []OnRampRun{fct(0, 100, 0), fct(1, 200, 0)}, []OnRampRun{fct(1, 100, 0), fct(0, 125, 0)},
 			&Spread{Median: 1.4, Min: 0.8, Max: 2, N: 2}, 1},
-		{"a repeat without its pair", []OnRampRun{run(0, 100, 0), run(2, 50, 0)}, []OnRampRun{run(0, 100, 0), run(1, 10, 0)},
-			&Spread{Median: 1, Min: 1, Max: 1, N: 1}, 0},
-		{"no flows of the bucket in one run", []OnRampRun{run(0, 0, 10)}, []OnRampRun{run(0, 100, 10)}, nil, 0},
+		{"fct: a repeat without its pair", large, []OnRampRun{fct(0, 100, 0), fct(2, 50, 0)}, []OnRampRun{fct(0, 100, 0), fct(1, 10, 0)}, one(1), 0},
+		{"fct: no flows of the bucket in one run", large, []OnRampRun{fct(0, 0, 10)}, []OnRampRun{fct(0, 100, 10)}, nil, 0},
+		{"fct: no flows of the bucket with On-Ramp", large, []OnRampRun{fct(0, 100, 10)}, []OnRampRun{fct(0, 0, 10)}, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, slower := pairedMeanFCT(tc.without, tc.with, stats.BucketLarge)
-			if (got == nil) != (tc.want == nil) || slower != tc.slower {
-				t.Fatalf("pairedMeanFCT = %+v, %d slower; want %+v, %d", got, slower, tc.want, tc.slower)
+			got, larger := tc.figure(tc.without, tc.with)
+			if (got == nil) != (tc.want == nil) || larger != tc.larger {
+				t.Fatalf("got %+v, %d larger with On-Ramp; want %+v, %d", got, larger, tc.want, tc.larger)
 			}
 			if got == nil {
 				return
 			}
 			if got.N != tc.want.N || math.Abs(got.Median-tc.want.Median) > 1e-9 ||
 				math.Abs(got.Min-tc.want.Min) > 1e-9 || math.Abs(got.Max-tc.want.Max) > 1e-9 {
-				t.Errorf("pairedMeanFCT = %+v, want %+v", got, tc.want)
+				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSpreadText checks that a range reaching below zero is printed with
+// "to", where a dash would read as a minus sign.
+func TestSpreadText(t *testing.T) {
+	pct := scaled(100, "%.1f")
+	for _, tc := range []struct {
+		s    Spread
+		want string
+	}{
+		{Spread{Median: 0.03, Min: 0.01, Max: 0.05, N: 3}, "3.0 (1.0-5.0)"},
+		{Spread{Median: 0.01, Min: -0.068, Max: 0.026, N: 3}, "1.0 (-6.8 to 2.6)"},
+		{Spread{Median: -0.073, Min: -0.073, Max: -0.073, N: 1}, "-7.3 (-7.3 to -7.3)"},
+	} {
+		if got := spreadText(tc.s, pct); got != tc.want {
+			t.Errorf("spreadText(%+v) = %q, want %q", tc.s, got, tc.want)
+		}
 	}
 }
 
@@ -587,42 +630,6 @@ func TestCompareOnRampIntervals(t *testing.T) {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
-	}
-}
-
-// TestPairedLoss checks that the long flow's loss is taken between the
-// runs of one repeat, and that repeats without both runs, or without a
-// long flow in the run without On-Ramp, are left out.
-func TestPairedLoss(t *testing.T) {
-	run := func(repeat int, bps float64) OnRampRun { return OnRampRun{Repeat: repeat, LongFlowBps: bps} }
-	for _, tc := range []struct {
-		name          string
-		without, with []OnRampRun
-		want          *Spread
-	}{
-		{"none", nil, nil, nil},
-		{"no run with On-Ramp", []OnRampRun{run(0, 40)}, nil, nil},
-		{"one repeat", []OnRampRun{run(0, 40)}, []OnRampRun{run(0, 30)}, &Spread{Median: 0.25, Min: 0.25, Max: 0.25, N: 1}},
-		{"paired by repeat, not by order", []OnRampRun{run(0, 40), run(1, 20)}, []OnRampRun{run(1, 22), run(0, 36)},
-			&Spread{Median: 0.0, Min: -0.1, Max: 0.1, N: 2}},
-		{"a repeat without its pair", []OnRampRun{run(0, 40), run(2, 50)}, []OnRampRun{run(0, 40), run(1, 10)},
-			&Spread{Median: 0, Min: 0, Max: 0, N: 1}},
-		{"no long flow without On-Ramp", []OnRampRun{run(0, 0)}, []OnRampRun{run(0, 30)}, nil},
-		{"no long flow with On-Ramp: all lost", []OnRampRun{run(0, 40)}, []OnRampRun{run(0, 0)}, &Spread{Median: 1, Min: 1, Max: 1, N: 1}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := pairedLoss(tc.without, tc.with)
-			if (got == nil) != (tc.want == nil) {
-				t.Fatalf("pairedLoss = %+v, want %+v", got, tc.want)
-			}
-			if got == nil {
-				return
-			}
-			if got.N != tc.want.N || math.Abs(got.Median-tc.want.Median) > 1e-9 ||
-				math.Abs(got.Min-tc.want.Min) > 1e-9 || math.Abs(got.Max-tc.want.Max) > 1e-9 {
-				t.Errorf("pairedLoss = %+v, want %+v", got, tc.want)
-			}
-		})
 	}
 }
 
@@ -820,6 +827,9 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool)
 	for _, c := range res.Comparisons {
 		if c.RCTP99Ratio == nil || c.LongFlowLoss == nil {
 			t.Errorf("%s: comparison without a ratio: %+v", c.CC, c)
+		}
+		if c.CPUAdded == nil || c.CPUAdded.N != 1 {
+			t.Errorf("%s: CPU added by On-Ramp %+v, want one repeat's", c.CC, c.CPUAdded)
 		}
 	}
 

@@ -332,14 +332,21 @@ func spreadCell(figs map[string]Spread, name string, format func(float64) string
 	return spreadText(s, format)
 }
 
-// spreadText is a spread as median (min-max), each number in format.
+// spreadText is a spread as median (min-max), each number in format; as
+// median (min to max) when the range reaches below zero, where a dash
+// would read as a minus.
 func spreadText(s Spread, format func(float64) string) string {
-	return fmt.Sprintf("%s (%s-%s)", format(s.Median), format(s.Min), format(s.Max))
+	sep := "-"
+	if s.Min < 0 {
+		sep = " to "
+	}
+	return fmt.Sprintf("%s (%s%s%s)", format(s.Median), format(s.Min), sep, format(s.Max))
 }
 
 // writePairedFCT prints, per CC and size bucket, the background flows'
 // mean FCT without over with On-Ramp per repeat (FCTComparison's
-// PairedMeanRatio), and in how many repeats On-Ramp was slower.
+// PairedMeanRatio), and in how many repeats On-Ramp was slower; then per
+// CC the CPU On-Ramp added per repeat (OnRampComparison.CPUAdded).
 func (res *OnRampResults) writePairedFCT(w io.Writer, buckets []string) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -347,6 +354,7 @@ func (res *OnRampResults) writePairedFCT(w io.Writer, buckets []string) error {
 	for _, b := range buckets {
 		head = append(head, "bg mean FCT ratio "+b, "slower")
 	}
+	head = append(head, "cpu points added", "busier")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, c := range res.Comparisons {
 		row := []string{c.CC}
@@ -360,6 +368,12 @@ func (res *OnRampResults) writePairedFCT(w io.Writer, buckets []string) error {
 			}
 			row = append(row, ratio, slower)
 		}
+		added, busier := "-", "-"
+		if c.CPUAdded != nil {
+			added = spreadText(*c.CPUAdded, scaled(100, "%.1f"))
+			busier = fmt.Sprintf("%d/%d", c.CPUBusier, c.CPUAdded.N)
+		}
+		row = append(row, added, busier)
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
@@ -367,6 +381,8 @@ func (res *OnRampResults) writePairedFCT(w io.Writer, buckets []string) error {
 	}
 	fmt.Fprintln(w, "bg mean FCT ratio: each repeat's mean background FCT of the size without over with On-Ramp, the two runs sharing the repeat's workload seed: median (min-max)")
 	fmt.Fprintln(w, "over the repeats (above 1: On-Ramp is faster); slower: the repeats whose run with On-Ramp had the longer mean. Not a target: it shows a steady change that a pooled tail hides.")
+	fmt.Fprintln(w, "cpu points added: each repeat's cpu % with On-Ramp less without, median (min-max); busier: the repeats busier with On-Ramp. On-Ramp's programs run on every packet,")
+	fmt.Fprintln(w, "on the CPUs that also run the flows' processes: a CC that sends small packets (a short queue, a small window) pays the most.")
 	return nil
 }
 

@@ -371,6 +371,17 @@ type OnRampComparison struct {
 	// the repeats. The runs' throughput moves between seeds by more than
 	// On-Ramp moves it, and pairing takes that movement out.
 	LongFlowPairedLoss *Spread `json:"long_flow_paired_loss,omitempty"`
+	// CPUAdded is, per repeat, how much busier the machine's CPUs were
+	// in the run with On-Ramp than in the one without (OnRampRun.CPUBusy,
+	// with less without, as a share of all CPUs; negative: less busy):
+	// its median and range over the repeats. CPUBusier counts the
+	// repeats whose run with On-Ramp was the busier. On-Ramp's programs
+	// run on every packet, so a CC that sends more packets per byte pays
+	// more; on a machine that also runs the emulated network, that CPU is
+	// taken from the flows' processes, and how much it is moves between
+	// runs of one command.
+	CPUAdded  *Spread `json:"cpu_added,omitempty"`
+	CPUBusier int     `json:"cpu_busier"`
 	// FCT compares the background flows' pooled p99 per size bucket.
 	FCT []FCTComparison `json:"fct"`
 	// WorseRCT: the RCT tail more than WorseMargin above without

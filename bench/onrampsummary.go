@@ -320,6 +320,7 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, samples []variantSamples) (
 			}
 		}
 		c.LongFlowPairedLoss = pairedLoss(without.Runs, with.Runs)
+		c.CPUAdded, c.CPUBusier = pairedCPUAdded(without.Runs, with.Runs)
 		if p := min(c.RCTTailP, 99); p > 0 {
 			tw, tr := stats.Percentile(sw, p), stats.Percentile(sr, p)
 			c.RCTTailRatioInterval = tailInterval(xw.rcts, xr.rcts, p)
@@ -372,15 +373,18 @@ func compareOnRamp(ccs []string, vs []OnRampVariant, samples []variantSamples) (
 // each repeat that has a run in both variants with a long flow, as a
 // Spread over the repeats; nil when no repeat has both.
 func pairedLoss(without, with []OnRampRun) *Spread {
-	var losses []float64
-	for _, p := range pairByRepeat(without, with, func(r OnRampRun) float64 { return r.LongFlowBps }) {
-		losses = append(losses, 1-p[1]/p[0])
-	}
-	if len(losses) == 0 {
-		return nil
-	}
-	s := spreadOf(losses)
-	return &s
+	s, _ := pairedSpread(without, with, func(r OnRampRun) float64 { return r.LongFlowBps },
+		func(w, r float64) (float64, bool) { return 1 - r/w, true })
+	return s
+}
+
+// pairedCPUAdded is, for each repeat with a run in both variants, how
+// much busier the CPUs were with On-Ramp (CPUBusy, with less without), as
+// a Spread over the repeats, and how many of those repeats were busier
+// with On-Ramp; nil when no repeat has both.
+func pairedCPUAdded(without, with []OnRampRun) (*Spread, int) {
+	return pairedSpread(without, with, func(r OnRampRun) float64 { return r.CPUBusy },
+		func(w, r float64) (float64, bool) { return r - w, true })
 }
 
 // pairedMeanFCT is, for each repeat with a run in both variants and flows
@@ -394,22 +398,33 @@ func pairedMeanFCT(without, with []OnRampRun, b string) (*Spread, int) {
 		}
 		return 0
 	}
-	var ratios []float64
-	slower := 0
-	for _, p := range pairByRepeat(without, with, mean) {
-		if p[1] <= 0 {
-			continue // no flows of the bucket with On-Ramp
+	return pairedSpread(without, with, mean, func(w, r float64) (float64, bool) {
+		return w / r, r > 0 // no flows of the bucket with On-Ramp: no pair
+	})
+}
+
+// pairedSpread is figure(without, with) over the repeats that
+// pairByRepeat pairs by value and figure keeps, as a Spread, and how many
+// of those repeats had the larger value with On-Ramp; nil when none.
+func pairedSpread(without, with []OnRampRun, value func(OnRampRun) float64,
+	figure func(w, r float64) (float64, bool)) (*Spread, int) {
+	var figs []float64
+	larger := 0
+	for _, p := range pairByRepeat(without, with, value) {
+		f, ok := figure(p[0], p[1])
+		if !ok {
+			continue
 		}
-		ratios = append(ratios, p[0]/p[1])
+		figs = append(figs, f)
 		if p[1] > p[0] {
-			slower++
+			larger++
 		}
 	}
-	if len(ratios) == 0 {
+	if len(figs) == 0 {
 		return nil, 0
 	}
-	s := spreadOf(ratios)
-	return &s, slower
+	s := spreadOf(figs)
+	return &s, larger
 }
 
 // pairByRepeat is value of the run without and of the run with On-Ramp,

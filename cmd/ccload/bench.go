@@ -102,7 +102,8 @@ Scenarios:
              On-Ramp's programs took), how long the bench's own goroutines
              waited to run (they start the flows), and the ratios
              without/with, pooled and, for the background flows' mean
-             FCT, paired by repeat; with --repeat 5 or more, each tail
+             FCT, paired by repeat, with the CPU On-Ramp added in each
+             repeat; with --repeat 5 or more, each tail
              ratio's 95% interval over resamples of the repeats, and
              what is worse beyond that noise. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
