@@ -3,10 +3,11 @@
 # ACKs echoed at the client's), the bytes per stamped segment (GSO packets
 # count once, as tc sees them), and how many points busier the machine's
 # CPUs were with On-Ramp than without it in the same repeat: medians over
-# the repeats, (min-max). Run as: jq -r -f packets.jq results.json
-def median: sort | .[length / 2 | floor];
-def spread: "\(median) (\(min) to \(max))";
+# the repeats (of an even count, the mean of the middle two, as the bench
+# takes it), (min to max). Run as: jq -r -f packets.jq results.json
+def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 def r(n): . * n | round / n;
+def spread(n): "\(median | r(n)) (\(min | r(n)) to \(max | r(n)))";
 def mb: .throughput_bps * .duration_ms / 8e9;
 (reduce (.variants[] | select(.name | test("onramp") | not)) as $v ({};
   .[$v.cc] = ($v.runs | INDEX(.repeat | tostring)))) as $off
@@ -16,4 +17,4 @@ def mb: .throughput_bps * .duration_ms / 8e9;
 | [.runs[] | {stamps: (.onramp.counters.stamped / mb), echoes: (.onramp.counters.echoed / mb),
              seg: (mb * 1e6 / .onramp.counters.stamped),
              cpu: ((.cpu_busy - $off[$cc][.repeat | tostring].cpu_busy) * 100)}] as $r
-| "\($cc): stamps per MB \([$r[].stamps | r(1)] | spread), echoes per MB \([$r[].echoes | r(1)] | spread), bytes per stamped segment \([$r[].seg | round] | spread), cpu points added \([$r[].cpu | r(10)] | spread)"
+| "\($cc): stamps per MB \([$r[].stamps] | spread(1)), echoes per MB \([$r[].echoes] | spread(1)), bytes per stamped segment \([$r[].seg] | spread(1)), cpu points added \([$r[].cpu] | spread(10))"
