@@ -103,9 +103,9 @@ Scenarios:
              waited to run (they start the flows), and the ratios
              without/with, pooled and, for the background flows' mean
              FCT, paired by repeat, with the CPU On-Ramp added in each
-             repeat; with --repeat 5 or more, each tail
-             ratio's 95% interval over resamples of the repeats, and
-             what is worse beyond that noise. Its own defaults: --cc
+             repeat; with --repeat 5 or more, each tail ratio's 95%
+             interval over resamples of the repeats, and what is worse
+             beyond that noise. Its own defaults: --cc
              cubic,bbr,bpf_dctcp,theta_powertcp, --rate 100mbit, --buffer
              1MiB, --ecn-threshold 20KB, 15s per run, queue sampled every
              10ms; --quick: 8 servers, 2 background senders. It needs
