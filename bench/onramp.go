@@ -219,6 +219,9 @@ type OnRampConfig struct {
 	// with it differ from those without by its presence alone, and report
 	// the share of echoes above T.
 	Observe bool
+	// StampEveryPacket has On-Ramp stamp every data segment, as before
+	// sparse stamps (onramp.Config.StampEveryPacket), to compare the two.
+	StampEveryPacket bool
 	// SampleInterval is the bottleneck queue's sampling interval.
 	SampleInterval time.Duration
 	// Seed is the workload seed of the first repeat.

@@ -52,6 +52,11 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	if o.Observe {
 		holds += "; observe only: it paused nothing, so the runs with it differ by its presence alone"
 	}
+	if o.SparseStamps {
+		holds += "; quiet flows stamped sparsely"
+	} else {
+		holds += "; every data segment stamped"
+	}
 	fmt.Fprintf(w, "  On-Ramp: T %v, max pause %v, gain %g, on %d interfaces (every sender and the client)%s\n",
 		time.Duration(o.ThresholdNs), time.Duration(o.MaxPauseNs), o.Gain, o.Interfaces, holds)
 

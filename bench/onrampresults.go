@@ -124,6 +124,10 @@ type OnRampSettings struct {
 	// Observe says On-Ramp only observed: it paused nothing
 	// (OnRampConfig.Observe).
 	Observe bool `json:"observe,omitempty"`
+	// SparseStamps says that On-Ramp stamped quiet flows sparsely, its
+	// default (onramp.Config.StampEveryPacket unset). Results from before
+	// sparse stamps lack it: they stamped every data segment.
+	SparseStamps bool `json:"sparse_stamps,omitempty"`
 }
 
 // OnRampVariant is one CC without or with On-Ramp, over every repeat.

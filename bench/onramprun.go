@@ -338,7 +338,7 @@ func (r *onrampRunner) header() OnRampResults {
 			SampleMicros: float64(c.SampleInterval) / float64(time.Microsecond), Seed: c.Seed},
 		OnRamp: OnRampSettings{ThresholdNs: uint64(c.Threshold), MaxPauseNs: uint64(c.MaxPause), Gain: c.Gain,
 			Peers: peers, Interfaces: len(r.places), ClockErrorNs: onrampClockErrorNs, BPFStats: c.BPFCosts,
-			CCHolds: c.CCHolds, Strawman: c.Strawman, Observe: c.Observe},
+			CCHolds: c.CCHolds, Strawman: c.Strawman, Observe: c.Observe, SparseStamps: !c.StampEveryPacket},
 		Repeat:  c.Repeat,
 		Targets: OnRampTargets{RCTRatio: OnRampTargetRCTRatio, RCTCC: OnRampTargetCC, LongFlowLoss: OnRampTargetLongFlowLoss, WorseMargin: onrampWorseMargin},
 	}
@@ -387,7 +387,7 @@ func (r *onrampRunner) enableOnRamp() error {
 	}
 	enable := func(p onrampPlace) error {
 		cfg := onramp.Config{Iface: p.iface, Peers: onrampPeers(), Threshold: c.Threshold, MaxPause: c.MaxPause, Gain: c.Gain,
-			Strawman: c.Strawman, Observe: c.Observe}
+			Strawman: c.Strawman, Observe: c.Observe, StampEveryPacket: c.StampEveryPacket}
 		if err := p.h.Do(func() error { _, err := r.or.Enable(cfg); return err }); err != nil {
 			return fmt.Errorf("enable On-Ramp on %s %s: %w", p.h, p.iface, err)
 		}

@@ -281,6 +281,21 @@ static __always_inline __u64 depart(struct __sk_buff *skb, struct onramp_flow *f
 }
 
 /*
+ * Whether a data segment of fl leaving now goes without a STAMP: its flow's
+ * newest echo was far below T and it was stamped less than a sparse gap
+ * ago (ONRAMP_SPARSE_* in onramp.h).
+ */
+static __always_inline bool sparse(const struct onramp_flow *fl, __u64 now)
+{
+	struct onramp_config *cfg;
+
+	if (!fl->sparse_gap_ns || now - fl->stamped_at >= fl->sparse_gap_ns)
+		return false;
+	cfg = onramp_cfg();
+	return cfg && !(cfg->flags & ONRAMP_F_STAMP_EVERY);
+}
+
+/*
  * A data segment leaving: its departure time and its STAMP. The departure
  * time never goes backwards within a flow: it is at least the last one
  * given, and only ever moved later than the segment's own.
@@ -305,6 +320,12 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 			return;
 		}
 	}
+	if (sparse(fl, now)) {
+		depart(skb, fl, now);
+		stat_add(&onramp_stats, ONRAMP_STAT_SPARED, 1);
+		return;
+	}
+	fl->stamped_at = now;
 	tai = bpf_ktime_get_tai_ns();
 	dep = depart(skb, fl, now);
 
@@ -436,7 +457,8 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 {
 	struct onramp_peer *pr, *init;
 	struct clock_peer peer;
-	__u32 b, zero = 0;
+	__u32 b, weight, zero = 0;
+	__u64 gap;
 
 	peer_of(k, &peer);
 	pr = bpf_map_lookup_elem(&onramp_peers, &peer);
@@ -467,6 +489,10 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 	 */
 	if ((__s64)(now - *(volatile __u64 *)&pr->sampled_at) < ONRAMP_PEER_SAMPLE_NS)
 		return pr;
+	/* The time since the histogram's previous echo (onramp.h). */
+	gap = pr->sampled_at ? now - pr->sampled_at : 0;
+	weight = gap >= ONRAMP_PEER_WEIGHT_MAX * ONRAMP_PEER_SAMPLE_NS ? ONRAMP_PEER_WEIGHT_MAX :
+		 gap < 2 * ONRAMP_PEER_SAMPLE_NS ? 1 : (__u32)(gap / ONRAMP_PEER_SAMPLE_NS);
 	pr->sampled_at = now;
 	if (owd == ONRAMP_NO_CLOCK) {
 		__sync_fetch_and_add(&pr->no_clock, 1);
@@ -480,7 +506,7 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 		b = owd_bucket(owd);
 	}
 	/* The mask, not a compare, is what every verifier keeps as a bound. */
-	__sync_fetch_and_add(&pr->hist[b & (ONRAMP_HIST_BUCKETS - 1)], 1);
+	__sync_fetch_and_add(&pr->hist[b & (ONRAMP_HIST_BUCKETS - 1)], weight);
 	return pr;
 }
 
@@ -625,6 +651,9 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 		pr->last_owd_at = now;
 		pr->last_excess = excess;
 	}
+	/* Quiet: the flow's data needs stamps only now and then. */
+	fl->sparse_gap_ns = owd >= 0 && (__u64)owd < t / ONRAMP_SPARSE_BELOW ?
+			    (__u32)min_u64(t / ONRAMP_SPARSE_EVERY, 0xffffffff) : 0;
 	want = pause_for(owd, p_last, fl->beta, t, cfg);
 	if (want > cfg->max_pause_ns) {
 		want = cfg->max_pause_ns;

@@ -62,6 +62,11 @@ type Config struct {
 	// On-Ramp holds any packet. Enabling again without it turns the
 	// pauses on (and installs fq).
 	Observe bool
+	// StampEveryPacket stamps every data segment, as the paper does. By
+	// default a flow whose newest echoed one-way delay was below T/2 is
+	// stamped at most once per T/4, and its other segments carry no
+	// stamp (docs/onramp.md, "Sparse stamps").
+	StampEveryPacket bool
 	// ReplaceQdisc lets Enable replace a root qdisc that somebody else
 	// installed with fq. Disable then leaves the kernel's default.
 	ReplaceQdisc bool
@@ -134,6 +139,9 @@ func (cfg Config) params() onrampOnrampConfig {
 	if cfg.Observe {
 		p.Flags |= flagObserve
 	}
+	if cfg.StampEveryPacket {
+		p.Flags |= flagStampEvery
+	}
 	return p
 }
 
@@ -142,6 +150,8 @@ const (
 	flagAutoT    = 0x1
 	flagStrawman = 0x2
 	flagObserve  = 0x4
+	// flagStampEvery is ONRAMP_F_STAMP_EVERY.
+	flagStampEvery = 0x8
 )
 
 // Settings are an interface's On-Ramp parameters as its pinned config holds
@@ -156,6 +166,10 @@ type Settings struct {
 	// Observe says that On-Ramp measures and pauses nothing
 	// (Config.Observe).
 	Observe bool `json:"observe"`
+	// StampEveryPacket says that every data segment is stamped
+	// (Config.StampEveryPacket); otherwise quiet flows are stamped
+	// sparsely.
+	StampEveryPacket bool `json:"stamp_every_packet"`
 }
 
 func settingsOf(p onrampOnrampConfig) Settings {
@@ -163,6 +177,7 @@ func settingsOf(p onrampOnrampConfig) Settings {
 		ThresholdNs: p.ThresholdNs, AutoThreshold: p.Flags&flagAutoT != 0,
 		Gain: float64(p.Gain) / fpOne, MaxPauseNs: p.MaxPauseNs, MinWindowNs: p.MinWindowNs,
 		Strawman: p.Flags&flagStrawman != 0, Observe: p.Flags&flagObserve != 0,
+		StampEveryPacket: p.Flags&flagStampEvery != 0,
 	}
 }
 
@@ -185,7 +200,11 @@ func (s Settings) String() string {
 	if s.Observe {
 		mode = "observe only (no pauses), "
 	}
-	return fmt.Sprintf("%sthreshold %s, gain %g, max pause %v", mode, t, s.Gain, time.Duration(s.MaxPauseNs))
+	stamps := "sparse stamps"
+	if s.StampEveryPacket {
+		stamps = "every packet stamped"
+	}
+	return fmt.Sprintf("%sthreshold %s, gain %g, max pause %v, %s", mode, t, s.Gain, time.Duration(s.MaxPauseNs), stamps)
 }
 
 // Validate checks cfg as Enable would, without touching the kernel.

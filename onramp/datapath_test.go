@@ -328,7 +328,8 @@ func TestDataPath(t *testing.T) {
 		{"AutoThreshold", testAutoThreshold}, {"NewFlowStartsFromPeer", testNewFlowStartsFromPeer},
 		{"SplitHeaders", testSplitHeaders}, {"OptionLayouts", testOptionLayouts},
 		{"ClockCopy", testClockCopy}, {"PeerSampling", testPeerSampling},
-		{"Observe", testObserve},
+		{"Observe", testObserve}, {"SparseStamps", testSparseStamps},
+		{"HistogramWeighsTime", testHistogramWeighsTime},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -1019,6 +1020,116 @@ func testObserve(t *testing.T, rg *rig) {
 			}
 			if n := r.stat("start_paused"); n != 0 {
 				t.Errorf("start_paused = %d in observe mode, want 0", n)
+			}
+		})
+	}
+}
+
+// testSparseStamps: a flow whose newest echo was below T/2 is stamped at
+// most once per T/4; the segments in between keep their PAD (with a valid
+// checksum) and still get the flow's departure time. An echo at T/2 or
+// more, or StampEveryPacket, stamps every segment. T is 40 ms, so that a
+// slow guest's few milliseconds between two runs stay inside T/4.
+func testSparseStamps(t *testing.T, rg *rig) {
+	const T = 40 * time.Millisecond
+	for _, c := range conns {
+		for _, tt := range []struct {
+			name       string
+			every      bool
+			owd        time.Duration
+			quiet      bool // the echo makes the flow quiet
+			wantSparse bool
+		}{
+			{"far below T", false, time.Millisecond, true, true},
+			{"just below T/2", false, T/2 - time.Microsecond, true, true},
+			{"at T/2", false, T / 2, false, false},
+			{"every packet", true, time.Millisecond, true, false},
+		} {
+			t.Run(c.name+"/"+tt.name, func(t *testing.T) {
+				r := rg.use(t, Config{Threshold: T, MaxPause: 50 * time.Millisecond, StampEveryPacket: tt.every})
+				k := c.key(true)
+				stamped := func(frame []byte) (bool, uint64) {
+					t.Helper()
+					out, dep := r.run(r.objs.OnrampEgress, frame)
+					switch o := optionOf(t, out); o.ExID {
+					case ExIDStamp:
+						return true, dep
+					case ExIDPad:
+						return false, dep
+					default:
+						t.Fatalf("egress wrote %v on a data segment", o)
+					}
+					return false, 0
+				}
+				if ok, _ := stamped(c.data(pad(StampLen))); !ok {
+					t.Fatal("a new flow's first segment went without a stamp")
+				}
+				r.run(r.objs.OnrampIngress, echoAt(t, c, tt.owd, tt.owd+20*time.Microsecond, 0))
+				f := r.flow(k)
+				if f.Samples != 1 {
+					t.Fatalf("the echo was not used: samples %d", f.Samples)
+				}
+				if want := uint32(T / 4); tt.quiet != (f.SparseGapNs == want) {
+					t.Errorf("sparse gap %d ns after an echo of %v, want T/4 (%d) %v", f.SparseGapNs, tt.owd, want, tt.quiet)
+				}
+				ok, _ := stamped(c.data(pad(StampLen)))
+				if ok == tt.wantSparse {
+					t.Errorf("the segment after the echo stamped: %v, want %v", ok, !tt.wantSparse)
+				}
+				if want := map[bool]uint64{true: 1, false: 0}[tt.wantSparse]; r.stat("spared") != want {
+					t.Errorf("spared = %d, want %d", r.stat("spared"), want)
+				}
+				if !tt.wantSparse {
+					return
+				}
+				// A pause in force holds the unstamped segments too.
+				f = r.flow(k)
+				f.T_next = monoNow() + uint64(time.Hour)
+				r.setFlow(k, f)
+				if ok, dep := stamped(c.data(pad(StampLen))); ok || dep != f.T_next {
+					t.Errorf("segment during a pause: stamped %v, departure %d; want no stamp, departure t_next %d", ok, dep, f.T_next)
+				}
+				// T/4 after the last stamp, the next segment takes one.
+				f = r.flow(k)
+				f.T_next, f.LastDep = 0, 0
+				f.StampedAt -= uint64(T/4) + 1
+				r.setFlow(k, f)
+				if ok, _ := stamped(c.data(pad(StampLen))); !ok {
+					t.Error("a segment T/4 after the last stamp went without one")
+				}
+				if r.stat("stamped") != 2 || r.stat("spared") != 2 {
+					t.Errorf("stamped %d, spared %d; want 2 and 2", r.stat("stamped"), r.stat("spared"))
+				}
+			})
+		}
+	}
+}
+
+// testHistogramWeighsTime: a peer's histogram weighs each echo by the time
+// since the one before, in 100 µs, from 1 to 16, and counts it as one
+// sample; a peer's first echo weighs 1.
+func testHistogramWeighsTime(t *testing.T, rg *rig) {
+	c := conns[0]
+	for _, tt := range []struct {
+		name     string
+		before   time.Duration // the previous echo this long ago; 0: none
+		min, max uint64
+	}{
+		{"first echo", 0, 1, 1},
+		{"idle for a minute", time.Minute, 16, 16},
+		{"800 us ago", 800 * time.Microsecond, 8, 16},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rg.use(t, Config{Threshold: 100 * time.Microsecond})
+			k := c.key(true)
+			if tt.before > 0 {
+				r.setPeer(c.receiver, onrampOnrampPeer{MinOwd: 0x7fffffff, MinOwdPrev: 0x7fffffff, SampledAt: monoNow() - uint64(tt.before)})
+			}
+			r.setFlow(k, onrampOnrampFlow{Beta: fpOne})
+			r.run(r.objs.OnrampIngress, echoAt(t, c, 50*time.Microsecond, 70*time.Microsecond, 0))
+			p := r.peer(c.receiver)
+			if w := histTotal(p.Hist[:]); p.Samples != 1 || w < tt.min || w > tt.max {
+				t.Errorf("samples %d, weight %d; want 1, %d to %d", p.Samples, w, tt.min, tt.max)
 			}
 		})
 	}

@@ -47,24 +47,27 @@ type onrampOnrampConfig struct {
 }
 
 type onrampOnrampFlow struct {
-	_          structs.HostLayout
-	T_next     uint64
-	LastDep    uint64
-	PauseTotal uint64
-	Pauses     uint64
-	LastEcho   uint64
-	Beta       int64
-	PrevOwd    int32
-	PrevPause  uint32
-	PrevTx     uint32
-	SrttNs     uint32
-	Samples    uint32
-	HavePrev   uint32
-	RxOwd      int32
-	RxTx       uint32
-	RxPause    uint32
-	RxFresh    uint32
-	Clk        struct {
+	_           structs.HostLayout
+	T_next      uint64
+	LastDep     uint64
+	PauseTotal  uint64
+	Pauses      uint64
+	LastEcho    uint64
+	Beta        int64
+	PrevOwd     int32
+	PrevPause   uint32
+	PrevTx      uint32
+	SrttNs      uint32
+	Samples     uint32
+	HavePrev    uint32
+	SparseGapNs uint32
+	Unused      uint32
+	StampedAt   uint64
+	RxOwd       int32
+	RxTx        uint32
+	RxPause     uint32
+	RxFresh     uint32
+	Clk         struct {
 		_            structs.HostLayout
 		UpdatedNs    uint64
 		Seq          uint32

@@ -22,7 +22,7 @@ var statNames = [...]string{
 	"scoped_connections", "stamp_no_space", "echo_no_space", "stamped", "stamp_failed",
 	"echoed", "echo_empty", "rx_stamps", "rx_no_clock", "echoes", "no_clock", "stale",
 	"unknown_flow", "pauses", "pause_ns", "clamped", "delayed", "malformed", "beta_samples",
-	"start_paused",
+	"start_paused", "spared",
 }
 
 // Status is On-Ramp on one interface of the calling thread's network
@@ -89,11 +89,15 @@ type NoSpace struct {
 	Combined uint64 `json:"total"`
 }
 
-// PeerStatus is what the echoes said about one peer. Samples, NoClock,
-// Negative and the percentiles are of the echoes the peer's histogram
-// took: at most one per 100 µs (ONRAMP_PEER_SAMPLE_NS in
-// bpf/include/onramp.h), so that the CPUs receiving the peer's echoes do
-// not all write its entry on every echo.
+// PeerStatus is what the echoes said about one peer. Samples, NoClock and
+// Negative count the echoes the peer's histogram took: at most one per
+// 100 µs (ONRAMP_PEER_SAMPLE_NS in bpf/include/onramp.h), so that the CPUs
+// receiving the peer's echoes do not all write its entry on every echo.
+// The percentiles and the share above T are of time, not of echoes: the
+// histogram weighs each echo by the time since the one before it, from
+// 100 µs to 1.6 ms (ONRAMP_PEER_WEIGHT_MAX), so that a quiet flow's sparse
+// echoes (docs/onramp.md, "Sparse stamps") count for the time they stand
+// for, and a busy flow's dense ones no more.
 type PeerStatus struct {
 	Peer     netip.Addr `json:"peer"`
 	Samples  uint64     `json:"samples"`
@@ -103,22 +107,25 @@ type PeerStatus struct {
 	// histogram's resolution (1/8 of the value).
 	OWDP50Ns int64 `json:"owd_p50_ns"`
 	OWDP99Ns int64 `json:"owd_p99_ns"`
+	// SampledSeconds is the time the histogram stands for: the weights of
+	// its echoes, summed.
+	SampledSeconds float64 `json:"sampled_seconds"`
 	// MinOWDNs is the least one-way delay of the last one to two
 	// windows, the base of the automatic threshold; -1 when unknown.
 	MinOWDNs     int64   `json:"min_owd_ns"`
 	Pauses       uint64  `json:"pauses"`
 	PauseSeconds float64 `json:"pause_seconds"`
 	// AboveThreshold reports that the median one-way delay of the
-	// histogram, once it holds at least 100 echoes, is above a fixed
-	// threshold: most of the peer's echoes ask for a pause (see
+	// histogram, once it took at least 100 echoes, is above a fixed
+	// threshold: most of the time, the peer's echoes ask for a pause (see
 	// markAboveThreshold). The histogram keeps every echo it took since
 	// On-Ramp first saw the peer, so the mark follows a change slowly.
 	// Never set with --threshold auto.
 	AboveThreshold bool `json:"above_threshold"`
-	// ShareAboveThreshold is the share of the histogram's echoes whose
-	// one-way delay was above a fixed threshold. In observe mode each of
-	// them would have asked for a pause: it is how often On-Ramp would
-	// pause this peer's flows (though pauses, once on, lower the delays
+	// ShareAboveThreshold is the share of the histogram's time whose
+	// one-way delay was above a fixed threshold. In observe mode each
+	// echo above it would have asked for a pause: it is how much of the
+	// time On-Ramp would pause this peer's flows (though pauses, once on, lower the delays
 	// that follow them, and lag compensation lets some echoes above T
 	// pass). To the histogram's resolution, a bucket counting as above T
 	// when its middle is, as the percentiles are its middles. -1 with
@@ -296,6 +303,7 @@ func (o *OnRamp) readPeers(dir string, st *Status) error {
 			Negative: p.Negative, Pauses: p.Pauses, PauseSeconds: float64(p.PauseNs) / 1e9, MinOWDNs: -1}
 		ps.OWDP50Ns = histQuantile(p.Hist[:], 0.50)
 		ps.OWDP99Ns = histQuantile(p.Hist[:], 0.99)
+		ps.SampledSeconds = float64(histTotal(p.Hist[:])) * peerSampleNs / 1e9
 		ps.ShareAboveThreshold = -1
 		if t, ok := st.Settings.fixedThreshold(); ok {
 			ps.ShareAboveThreshold = histShareAbove(p.Hist[:], int64(t))
@@ -308,6 +316,10 @@ func (o *OnRamp) readPeers(dir string, st *Status) error {
 	sort.Slice(st.PeerStats, func(i, j int) bool { return st.PeerStats[i].Peer.Less(st.PeerStats[j].Peer) })
 	return it.Err()
 }
+
+// peerSampleNs is ONRAMP_PEER_SAMPLE_NS of bpf/include/onramp.h: the time
+// one count of a peer's histogram stands for.
+const peerSampleNs = 100_000
 
 // histSubBits is ONRAMP_HIST_SUB_BITS of bpf/include/onramp.h.
 const histSubBits = 3
@@ -333,7 +345,7 @@ func bucketMiddle(i int) int64 {
 	return (lo + hi) / 2
 }
 
-// histTotal is the number of samples in the histogram.
+// histTotal is the sum of the histogram's counts.
 func histTotal(hist []uint32) (n uint64) {
 	for _, c := range hist {
 		n += uint64(c)

@@ -36,6 +36,22 @@
  * delays and how often On-Ramp would pause before it holds any packet.
  */
 #define ONRAMP_F_OBSERVE 0x4
+/* Stamp every data segment, as the paper does (see ONRAMP_SPARSE_*). */
+#define ONRAMP_F_STAMP_EVERY 0x8
+
+/*
+ * Sparse stamps. A flow whose newest echo's one-way delay was below
+ * T / ONRAMP_SPARSE_BELOW is stamped at most once per T / ONRAMP_SPARSE_EVERY
+ * (its other data segments leave with their PAD, which the receiver
+ * ignores); any other flow has every data segment stamped. A queue that
+ * builds behind such a flow is seen at most T / ONRAMP_SPARSE_EVERY later,
+ * and had to grow by T / 2 before it asked for a pause. The CCs that keep
+ * their queues short, whose delays stay far below T, send small packets:
+ * up to three times as many per byte as cubic (docs/benchmarks.md), each of
+ * which took a stamp and an echo. They are spared most of that work.
+ */
+#define ONRAMP_SPARSE_BELOW 2
+#define ONRAMP_SPARSE_EVERY 4
 
 /*
  * Run-time configuration, written whole by the Go side in one map update.
@@ -72,6 +88,9 @@ struct onramp_flow {
 	__u32 srtt_ns;		/* EWMA (1/8) of the samples' RTTs */
 	__u32 samples;		/* echoes used */
 	__u32 have_prev;
+	__u32 sparse_gap_ns;	/* non-zero: stamp at most once per this (ONRAMP_SPARSE_*) */
+	__u32 unused;
+	__u64 stamped_at;	/* MONO: the newest STAMP */
 	/* receiving side */
 	__s32 rx_owd;		/* the newest stamp's one-way delay, or ONRAMP_NO_CLOCK */
 	__u32 rx_tx;		/* its tx */
@@ -177,6 +196,14 @@ static __always_inline __u64 onramp_held_us(const struct onramp_holds *h, __u64 
  * otherwise at most as often (or once per max_pause, if that is shorter).
  */
 #define ONRAMP_PEER_SAMPLE_NS (100 * 1000)
+/*
+ * The histogram weighs each echo it takes by the time since the one before,
+ * in ONRAMP_PEER_SAMPLE_NS, from 1 to ONRAMP_PEER_WEIGHT_MAX: it counts
+ * time, not echoes, so that the sparse echoes of quiet flows
+ * (ONRAMP_SPARSE_*) count for the time they stand for. A gap longer than
+ * the most is taken as idle.
+ */
+#define ONRAMP_PEER_WEIGHT_MAX 16
 
 struct onramp_peer {
 	__u64 samples;		/* echoes the histogram took (ONRAMP_PEER_SAMPLE_NS) */
@@ -191,7 +218,7 @@ struct onramp_peer {
 	__u64 last_owd_at;	/* MONO: when */
 	__u64 last_excess;	/* its excess over the peer's threshold, ns (0: none) */
 	__u64 sampled_at;	/* MONO: when the histogram last took an echo (beside last_owd_at: one cache line) */
-	__u32 hist[ONRAMP_HIST_BUCKETS];
+	__u32 hist[ONRAMP_HIST_BUCKETS];	/* ONRAMP_PEER_SAMPLE_NS of time per count (ONRAMP_PEER_WEIGHT_MAX) */
 };
 
 /* Counters, named in onramp (statNames); append only. */
@@ -216,6 +243,7 @@ enum onramp_stat {
 	ONRAMP_STAT_MALFORMED,		/* our options with a wrong length */
 	ONRAMP_STAT_BETA_SAMPLES,	/* beta measurements (P_BG > 0) */
 	ONRAMP_STAT_START_PAUSED,	/* new flows paused from their peer's recent delay */
+	ONRAMP_STAT_SPARED,		/* data segments left unstamped: the flow's delay far below T (ONRAMP_SPARSE_*) */
 	ONRAMP_STAT_MAX,
 };
 

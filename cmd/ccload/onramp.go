@@ -44,6 +44,7 @@ func newOnRampEnableCmd(a *app) *cobra.Command {
 		peers                          []string
 		maxPause                       time.Duration
 		replace, strawman, observe     bool
+		stampEvery                     bool
 		asJSON                         bool
 	)
 	c := &cobra.Command{
@@ -67,6 +68,13 @@ recent one-way delay plus twice the clock agent's error (the paper's §7.1).
 A pause never lasts longer than --max-pause. --gain is the EWMA gain of β,
 the measured effect of this sender's pauses on the delay.
 
+A flow whose newest echoed one-way delay was below T/2 is stamped at most
+once per T/4, not on every data segment: each stamp costs a run of the
+programs on both hosts, and the CCs that keep short queues send the most
+packets per byte. A queue that builds behind such a flow is seen at most
+T/4 later. --stamp-every-packet stamps every data segment, as the paper
+does ("Sparse stamps" in docs/onramp.md).
+
 --observe measures without pausing: the options, one-way delays and echoes
 run as above, but no flow is held and the root qdisc stays as it is (no fq
 is needed). 'ccload onramp status' then shows, per peer, the one-way delays
@@ -81,7 +89,8 @@ without --observe, it turns the pauses on (installing fq).`,
   ccload onramp enable --iface eth0 --peers 10.0.0.0/8 --threshold 100us --observe`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg := onramp.Config{Iface: iface, MaxPause: maxPause, ReplaceQdisc: replace, Strawman: strawman, Observe: observe, Cgroup: cgroup}
+			cfg := onramp.Config{Iface: iface, MaxPause: maxPause, ReplaceQdisc: replace, Strawman: strawman, Observe: observe, Cgroup: cgroup,
+				StampEveryPacket: stampEvery}
 			var err error
 			if cfg.Peers, err = parsePeers(peers); err != nil {
 				return usage(c, err)
@@ -122,6 +131,7 @@ without --observe, it turns the pauses on (installing fq).`,
 	c.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 directory for the sockops program (default: the cgroup2 root)")
 	c.Flags().BoolVar(&strawman, "strawman", false, "pause O-T without lag compensation (the paper's §3.1; for comparisons)")
 	c.Flags().BoolVar(&observe, "observe", false, "measure one-way delays and count the echoes above T, but pause nothing and leave the root qdisc as it is")
+	c.Flags().BoolVar(&stampEvery, "stamp-every-packet", false, "stamp every data segment, also those of flows whose delay is far below T (sparse stamps are the default)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = c.Flags().MarkHidden("strawman")
 	return c
