@@ -334,10 +334,11 @@ type OnRampCounters struct {
 	// with OnRampRun.CPUBusy; each run includes the statistics' own two
 	// clock reads. Absent without OnRampConfig.BPFCosts.
 	BPFBusy *float64 `json:"bpf_busy,omitempty"`
-	// AboveThresholdShare is the share of the echoes the senders'
+	// AboveThresholdShare is the share of the time the senders'
 	// per-peer histograms sampled whose one-way delay was above T
-	// (onramp.PeerStatus.ShareAboveThreshold, weighted by the peers'
-	// samples); with OnRampConfig.Observe, how often On-Ramp would have
+	// (onramp.PeerStatus.ShareAboveThreshold, weighted by the time each
+	// peer's histogram covers; before sparse stamps, a share of echoes
+	// weighted by the peers' echoes); with OnRampConfig.Observe, how often On-Ramp would have
 	// paused. Absent when no echo was sampled.
 	AboveThresholdShare *float64 `json:"above_threshold_share,omitempty"`
 }

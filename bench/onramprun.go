@@ -506,8 +506,8 @@ func (r *onrampRunner) onrampStatus() (*OnRampCounters, error) {
 			for _, ps := range st.PeerStats {
 				out.OWDP99MaxNs = max(out.OWDP99MaxNs, ps.OWDP99Ns)
 				if ps.ShareAboveThreshold >= 0 {
-					samples += float64(ps.Samples)
-					above += ps.ShareAboveThreshold * float64(ps.Samples)
+					samples += ps.SampledSeconds
+					above += ps.ShareAboveThreshold * ps.SampledSeconds
 				}
 			}
 		}
