@@ -338,8 +338,8 @@ type OnRampCounters struct {
 	// per-peer histograms sampled whose one-way delay was above T
 	// (onramp.PeerStatus.ShareAboveThreshold, weighted by the time each
 	// peer's histogram covers; before sparse stamps, a share of echoes
-	// weighted by the peers' echoes); with OnRampConfig.Observe, how often On-Ramp would have
-	// paused. Absent when no echo was sampled.
+	// weighted by the peers' echoes); with OnRampConfig.Observe, how
+	// often On-Ramp would have paused. Absent when no echo was sampled.
 	AboveThresholdShare *float64 `json:"above_threshold_share,omitempty"`
 }
 

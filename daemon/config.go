@@ -87,6 +87,8 @@ type OnRampConfig struct {
 	ReplaceQdisc bool     `yaml:"replace-qdisc"`
 	Cgroup       string   `yaml:"cgroup"`
 	Observe      bool     `yaml:"observe"`
+	// StampEveryPacket is --stamp-every-packet.
+	StampEveryPacket bool `yaml:"stamp-every-packet"`
 }
 
 // ClockConfig is `ccload clock run`'s flags.
@@ -399,7 +401,8 @@ func (v *validator) hopConfig(key string, h HopConfig) (hop.Config, error) {
 }
 
 func (v *validator) onRampConfig(key string, o OnRampConfig) (onramp.Config, error) {
-	c := onramp.Config{Iface: o.Iface, ReplaceQdisc: o.ReplaceQdisc, Cgroup: o.Cgroup, Observe: o.Observe}
+	c := onramp.Config{Iface: o.Iface, ReplaceQdisc: o.ReplaceQdisc, Cgroup: o.Cgroup, Observe: o.Observe,
+		StampEveryPacket: o.StampEveryPacket}
 	if o.Iface == "" {
 		return c, v.errAt(key+".iface", errors.New("missing: name the interface whose egress On-Ramp paces, e.g. iface: eth0"))
 	}

@@ -33,6 +33,7 @@ onramp:
     gain: 1/16
     max-pause: 1ms
     observe: true
+    stamp-every-packet: true
 clock:
   peers: [198.18.0.0/24]
   port: 3190
@@ -51,7 +52,8 @@ reconcile-interval: 10s
 	if len(d.Hops) != 1 || d.Hops[0].RateBps != 10_000_000_000 || d.Hops[0].ECNThreshold != 30_000 || d.Hops[0].BufferBytes != 1<<20 {
 		t.Errorf("hops %+v", d.Hops)
 	}
-	if len(d.OnRamp) != 1 || !d.OnRamp[0].AutoThreshold || d.OnRamp[0].MaxPause != time.Millisecond || d.OnRamp[0].Gain != 1.0/16 || !d.OnRamp[0].Observe {
+	if len(d.OnRamp) != 1 || !d.OnRamp[0].AutoThreshold || d.OnRamp[0].MaxPause != time.Millisecond || d.OnRamp[0].Gain != 1.0/16 || !d.OnRamp[0].Observe ||
+		!d.OnRamp[0].StampEveryPacket {
 		t.Errorf("On-Ramp %+v", d.OnRamp)
 	}
 	if d.Clock == nil || d.Clock.Listen.Port() != 3190 || d.Interval != 10*time.Second {

@@ -394,6 +394,8 @@ func onRampDrift(want onramp.Config, cur onramp.Status) string {
 		return fmt.Sprintf("peers are %s", strings.Join(cur.Peers, ","))
 	case s.Observe != want.Observe:
 		return "observe mode differs"
+	case s.StampEveryPacket != want.StampEveryPacket:
+		return "stamping every packet or sparsely differs"
 	case s.AutoThreshold != want.AutoThreshold || (!want.AutoThreshold && s.ThresholdNs != uint64(th)):
 		return "the threshold differs"
 	case s.MaxPauseNs != uint64(mp):

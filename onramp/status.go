@@ -125,9 +125,9 @@ type PeerStatus struct {
 	// ShareAboveThreshold is the share of the histogram's time whose
 	// one-way delay was above a fixed threshold. In observe mode each
 	// echo above it would have asked for a pause: it is how much of the
-	// time On-Ramp would pause this peer's flows (though pauses, once on, lower the delays
-	// that follow them, and lag compensation lets some echoes above T
-	// pass). To the histogram's resolution, a bucket counting as above T
+	// time On-Ramp would pause this peer's flows (though pauses, once on,
+	// lower the delays that follow them, and lag compensation lets some
+	// echoes above T pass). To the histogram's resolution, a bucket counting as above T
 	// when its middle is, as the percentiles are its middles. -1 with
 	// --threshold auto, or before any echo.
 	ShareAboveThreshold float64 `json:"share_above_threshold"`
