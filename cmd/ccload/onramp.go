@@ -69,7 +69,7 @@ A pause never lasts longer than --max-pause. --gain is the EWMA gain of β,
 the measured effect of this sender's pauses on the delay.
 
 A flow whose newest echoed one-way delay was below T/2 is stamped at most
-once per T/4, not on every data segment: each stamp costs a run of the
+once per T/4, not on every data segment: each stamp costs work in the
 programs on both hosts, and the CCs that keep short queues send the most
 packets per byte. A queue that builds behind such a flow is seen at most
 T/4 later. --stamp-every-packet stamps every data segment, as the paper
