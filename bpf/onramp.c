@@ -458,7 +458,7 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 	struct onramp_peer *pr, *init;
 	struct clock_peer peer;
 	__u32 b, weight, zero = 0;
-	__u64 gap;
+	__u64 last;
 
 	peer_of(k, &peer);
 	pr = bpf_map_lookup_elem(&onramp_peers, &peer);
@@ -487,12 +487,15 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 	 * counters. Signed: a time another CPU just wrote may be ahead of
 	 * this one's now.
 	 */
-	if ((__s64)(now - *(volatile __u64 *)&pr->sampled_at) < ONRAMP_PEER_SAMPLE_NS)
+	last = *(volatile __u64 *)&pr->sampled_at;
+	if ((__s64)(now - last) < ONRAMP_PEER_SAMPLE_NS)
 		return pr;
-	/* The time since the histogram's previous echo (onramp.h). */
-	gap = pr->sampled_at ? now - pr->sampled_at : 0;
-	weight = gap >= ONRAMP_PEER_WEIGHT_MAX * ONRAMP_PEER_SAMPLE_NS ? ONRAMP_PEER_WEIGHT_MAX :
-		 gap < 2 * ONRAMP_PEER_SAMPLE_NS ? 1 : (__u32)(gap / ONRAMP_PEER_SAMPLE_NS);
+	/*
+	 * The weight: the time since the histogram's previous echo, read
+	 * once with the check above, so at least one ONRAMP_PEER_SAMPLE_NS
+	 * (onramp.h). A first echo weighs one.
+	 */
+	weight = last ? (__u32)min_u64((now - last) / ONRAMP_PEER_SAMPLE_NS, ONRAMP_PEER_WEIGHT_MAX) : 1;
 	pr->sampled_at = now;
 	if (owd == ONRAMP_NO_CLOCK) {
 		__sync_fetch_and_add(&pr->no_clock, 1);
