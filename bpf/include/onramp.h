@@ -47,8 +47,8 @@
  * builds behind such a flow is seen at most T / ONRAMP_SPARSE_EVERY later,
  * and had to grow by T / 2 before it asked for a pause. The CCs that keep
  * their queues short, whose delays stay far below T, send small packets:
- * up to three times as many per byte as cubic (docs/benchmarks.md), each of
- * which took a stamp and an echo. They are spared the stamp's and the
+ * θ-PowerTCP had 445 stamped per MB where cubic had 145
+ * (docs/benchmarks.md), each of which took a stamp and an echo. They are spared the stamp's and the
  * echo's part of that work; each packet's own (parse, flow lookup,
  * departure time) stays.
  */
