@@ -115,11 +115,11 @@ func (r *OnRampReport) Table(w io.Writer) error {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run.")
 	}
 	fmt.Fprintln(w, "RTOs: retransmission timeouts over every flow; tail RTO: of the requests at or beyond the highest percentile the pooled requests support, those with a response that took one.")
+	sampled := "the share of the echoes the senders sampled (at most one per 100 us per peer)"
 	if o.SparseStamps {
-		fmt.Fprintln(w, "echoes > T: the share of the time, as the senders' echoes sampled it (at most one per 100 us per peer, each weighing the time since the one before, up to 1.6 ms), whose one-way delay was above T; with On-Ramp observing only, how often it would have paused.")
-	} else {
-		fmt.Fprintln(w, "echoes > T: the share of the echoes the senders sampled (at most one per 100 us per peer) whose one-way delay was above T; with On-Ramp observing only, how often it would have paused.")
+		sampled = "the share of the time, as the senders' echoes sampled it (at most one per 100 us per peer, each weighing the time since the one before, up to 1.6 ms),"
 	}
+	fmt.Fprintf(w, "echoes > T: %s whose one-way delay was above T; with On-Ramp observing only, how often it would have paused.\n", sampled)
 	fmt.Fprintln(w, "RTT held: the share of the CC's RTT samples it took without the time On-Ramp held their segment (θ-PowerTCP; - for a CC that keeps no count).")
 	if res.Repeat > 1 {
 		fmt.Fprintf(w, "The variants' runs interleave; repeat i uses workload seed %d+i for every variant.\n", wl.Seed)
