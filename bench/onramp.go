@@ -196,7 +196,10 @@ type OnRampConfig struct {
 	Gain      float64
 	// BPFCosts times every BPF program with the kernel's BPF statistics
 	// and records the programs' costs (OnRampRun.BPF) and On-Ramp's
-	// share of the CPUs (OnRampCounters.BPFBusy). Off by default: the
+	// share of the CPUs (OnRampCounters.BPFBusy), and in the runs with
+	// On-Ramp runs a tc program that does nothing before On-Ramp's at each
+	// of their hooks, to time a run there that does no work
+	// (OnRampCounters.TCFloorNsPerRun). Off by default: the
 	// statistics add two clock reads to every program run, which changes
 	// what the run measures (docs/benchmarks.md, On-Ramp).
 	BPFCosts bool

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/ccload/ccload/bench/plot"
@@ -699,8 +700,9 @@ func TestMergePrograms(t *testing.T) {
 // every byte intact, on one connection per server or one per response; no figure is NaN or infinite (results.json would not
 // encode) and the file validates against its schema; the runs with
 // On-Ramp have its counters, with echoes and a clock offset for every
-// stamp and echo, and the costs of its three programs and their share of
-// the CPUs, and the runs without have none of these;
+// stamp and echo, the costs of its three programs and their share of
+// the CPUs, and the tc floor's cost, run before its tc programs at their
+// hooks, and the runs without have none of these;
 // the plots exist; and nothing is left behind: no netns, no attached CC,
 // no On-Ramp pins. On a kernel without sch_fq it skips (it runs in the
 // vmtests guests).
@@ -814,6 +816,25 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool)
 		case v.OnRamp && (r.OnRamp == nil || r.OnRamp.BPFBusy == nil || !(*r.OnRamp.BPFBusy > 0)):
 			t.Errorf("%s: no share of the CPUs for On-Ramp's programs: %+v", v.Name, r.OnRamp)
 		}
+		// The floor ran before On-Ramp's tc programs at each of their
+		// hooks, so about as often as both together (each packet the
+		// interfaces carried while the floor was attached, some before
+		// On-Ramp was), and only in the runs with On-Ramp.
+		var floorRuns, tcRuns uint64
+		for _, p := range r.BPF {
+			switch p.Program {
+			case tcFloorName:
+				floorRuns = p.Runs
+			case "onramp_egress", "onramp_ingress":
+				tcRuns += p.Runs
+			}
+		}
+		switch {
+		case v.OnRamp && (floorRuns < tcRuns/2 || r.OnRamp == nil || r.OnRamp.TCFloorNsPerRun == nil || !(*r.OnRamp.TCFloorNsPerRun > 0)):
+			t.Errorf("%s: the tc floor ran %d times against On-Ramp's tc programs' %d, at %v ns per run", v.Name, floorRuns, tcRuns, r.OnRamp)
+		case !v.OnRamp && floorRuns > 0:
+			t.Errorf("%s: the tc floor ran %d times without On-Ramp", v.Name, floorRuns)
+		}
 		if l := r.LongFlow; l == nil || !(l.CwndP50 > 0) || !(l.SRTTP50Us > 0) || l.MSS == 0 || !(l.BusyMs > 0) {
 			t.Errorf("%s: the long flow's TCP_INFO %+v", v.Name, l)
 		}
@@ -856,6 +877,35 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool)
 	}
 	if matches, _ := filepath.Glob(filepath.Join(kernel.DefaultHost().BPFFS, "ccload-bench-onramp-*")); len(matches) > 0 {
 		t.Errorf("On-Ramp's bench pins left behind: %v", matches)
+	}
+	// The kernel frees a closed program after an RCU grace period.
+	deadline := time.Now().Add(10 * time.Second)
+	for n := programsNamed(tcFloorName); n > 0; n = programsNamed(tcFloorName) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d %s programs left in the kernel", n, tcFloorName)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// programsNamed counts the BPF programs in the kernel named name.
+func programsNamed(name string) int {
+	n := 0
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return n
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && info.Name == name {
+			n++
+		}
+		p.Close()
 	}
 }
 

@@ -334,6 +334,13 @@ type OnRampCounters struct {
 	// with OnRampRun.CPUBusy; each run includes the statistics' own two
 	// clock reads. Absent without OnRampConfig.BPFCosts.
 	BPFBusy *float64 `json:"bpf_busy,omitempty"`
+	// TCFloorNsPerRun is the mean ns per run of a tc program that does
+	// nothing, run before On-Ramp's tc programs at each of their hooks
+	// (tcFloorName in BPF): what a run costs there before a program does
+	// anything, the statistics' clock reads included. On-Ramp's tc
+	// programs' ns per run less it is their own work. Absent without
+	// OnRampConfig.BPFCosts, and in runs from before it was measured.
+	TCFloorNsPerRun *float64 `json:"tc_floor_ns_per_run,omitempty"`
 	// AboveThresholdShare is the share of the time the senders'
 	// per-peer histograms sampled whose one-way delay was above T
 	// (onramp.PeerStatus.ShareAboveThreshold, weighted by the time each

@@ -121,6 +121,7 @@ func onrampFigures() []onrampFigure {
 			return float64(c["rtt_held"]) / float64(c["rtt_samples"]), true
 		}},
 		{"onramp_bpf_busy", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.BPFBusy })},
+		{"tc_floor_ns_per_run", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.TCFloorNsPerRun })},
 	}
 	for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
 		figs = append(figs, onrampFigure{"bg_fct_p99_us_" + bucketKey(b), func(r OnRampRun) (float64, bool) {
