@@ -197,9 +197,10 @@ type OnRampConfig struct {
 	// BPFCosts times every BPF program with the kernel's BPF statistics
 	// and records the programs' costs (OnRampRun.BPF) and On-Ramp's
 	// share of the CPUs (OnRampCounters.BPFBusy), and in the runs with
-	// On-Ramp runs a tc program that does nothing before On-Ramp's at each
-	// of their hooks, to time a run there that does no work
-	// (OnRampCounters.TCFloorNsPerRun). Off by default: the
+	// On-Ramp runs a tc and a sockops program that do nothing where
+	// On-Ramp's programs run, to time a run there that does no work
+	// (OnRampCounters.TCFloorNsPerRun, SockopsFloorNsPerRun). Off by
+	// default: the
 	// statistics add two clock reads to every program run, which changes
 	// what the run measures (docs/benchmarks.md, On-Ramp).
 	BPFCosts bool

@@ -701,8 +701,8 @@ func TestMergePrograms(t *testing.T) {
 // encode) and the file validates against its schema; the runs with
 // On-Ramp have its counters, with echoes and a clock offset for every
 // stamp and echo, the costs of its three programs and their share of
-// the CPUs, and the tc floor's cost, run before its tc programs at their
-// hooks, and the runs without have none of these;
+// the CPUs, and the costs of the floors run where its programs run, and
+// the runs without have none of these;
 // the plots exist; and nothing is left behind: no netns, no attached CC,
 // no On-Ramp pins. On a kernel without sch_fq it skips (it runs in the
 // vmtests guests).
@@ -816,24 +816,31 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool)
 		case v.OnRamp && (r.OnRamp == nil || r.OnRamp.BPFBusy == nil || !(*r.OnRamp.BPFBusy > 0)):
 			t.Errorf("%s: no share of the CPUs for On-Ramp's programs: %+v", v.Name, r.OnRamp)
 		}
-		// The floor ran before On-Ramp's tc programs at each of their
-		// hooks, so about as often as both together (each packet the
-		// interfaces carried while the floor was attached, some before
-		// On-Ramp was), and only in the runs with On-Ramp.
-		var floorRuns, tcRuns uint64
+		// The floors ran where On-Ramp's programs did, so at least about
+		// as often (each packet the interfaces carried while the tc
+		// floor was attached, some before On-Ramp was; every sockops
+		// callback of the cgroup's sockets), and only in the runs with
+		// On-Ramp.
+		var tcFloorRuns, sockopsFloorRuns, tcRuns, sockopsRuns uint64
 		for _, p := range r.BPF {
 			switch p.Program {
 			case tcFloorName:
-				floorRuns = p.Runs
+				tcFloorRuns = p.Runs
+			case sockopsFloorName:
+				sockopsFloorRuns = p.Runs
 			case "onramp_egress", "onramp_ingress":
 				tcRuns += p.Runs
+			case "onramp_sockops":
+				sockopsRuns = p.Runs
 			}
 		}
-		switch {
-		case v.OnRamp && (floorRuns < tcRuns/2 || r.OnRamp == nil || r.OnRamp.TCFloorNsPerRun == nil || !(*r.OnRamp.TCFloorNsPerRun > 0)):
-			t.Errorf("%s: the tc floor ran %d times against On-Ramp's tc programs' %d, at %v ns per run", v.Name, floorRuns, tcRuns, r.OnRamp)
-		case !v.OnRamp && floorRuns > 0:
-			t.Errorf("%s: the tc floor ran %d times without On-Ramp", v.Name, floorRuns)
+		switch o := r.OnRamp; {
+		case v.OnRamp && (tcFloorRuns < tcRuns/2 || sockopsFloorRuns < sockopsRuns/2 || o == nil ||
+			o.TCFloorNsPerRun == nil || !(*o.TCFloorNsPerRun > 0) || o.SockopsFloorNsPerRun == nil || !(*o.SockopsFloorNsPerRun > 0)):
+			t.Errorf("%s: the floors ran %d (tc) and %d (sockops) times against On-Ramp's programs' %d and %d, On-Ramp's counters %+v",
+				v.Name, tcFloorRuns, sockopsFloorRuns, tcRuns, sockopsRuns, o)
+		case !v.OnRamp && tcFloorRuns+sockopsFloorRuns > 0:
+			t.Errorf("%s: the floors ran %d (tc) and %d (sockops) times without On-Ramp", v.Name, tcFloorRuns, sockopsFloorRuns)
 		}
 		if l := r.LongFlow; l == nil || !(l.CwndP50 > 0) || !(l.SRTTP50Us > 0) || l.MSS == 0 || !(l.BusyMs > 0) {
 			t.Errorf("%s: the long flow's TCP_INFO %+v", v.Name, l)
@@ -880,12 +887,14 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool)
 	}
 	// The kernel frees a closed program after an RCU grace period.
 	deadline := time.Now().Add(10 * time.Second)
-	for n := programsNamed(tcFloorName); n > 0; n = programsNamed(tcFloorName) {
-		if time.Now().After(deadline) {
-			t.Errorf("%d %s programs left in the kernel", n, tcFloorName)
-			break
+	for _, name := range []string{tcFloorName, sockopsFloorName} {
+		for n := programsNamed(name); n > 0; n = programsNamed(name) {
+			if time.Now().After(deadline) {
+				t.Errorf("%d %s programs left in the kernel", n, name)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -69,7 +69,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	head = append(head, "long flow Mbit/s", "util %", "queue p99 KB", "drops", "retrans", "RTOs", "tail RTO", "pauses", "paused s", "echoes > T %", "RTT held %", "cpu %")
 	costs := o.BPFStats
 	if costs {
-		head = append(head, "On-Ramp BPF %", "tc floor ns")
+		head = append(head, "On-Ramp BPF %", "floor ns tc", "sockops")
 	}
 	head = append(head, "failed")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
@@ -87,19 +87,20 @@ func (r *OnRampReport) Table(w io.Writer) error {
 				failed++
 			}
 		}
-		pauses, paused, above, held, orBPF, floor := "-", "-", "-", "-", "-", "-"
+		pauses, paused, above, held, orBPF, tcFloor, sockopsFloor := "-", "-", "-", "-", "-", "-", "-"
 		if v.OnRamp {
 			pauses, paused = f("pauses", scaled(1, "%.0f")), f("pause_seconds", scaled(1, "%.2f"))
 			above = f("above_threshold_share", scaled(100, "%.1f"))
 			held = f("rtt_held_share", scaled(100, "%.1f"))
 			orBPF = f("onramp_bpf_busy", scaled(100, "%.2f"))
-			floor = f("tc_floor_ns_per_run", scaled(1, "%.0f"))
+			tcFloor = f("tc_floor_ns_per_run", scaled(1, "%.0f"))
+			sockopsFloor = f("sockops_floor_ns_per_run", scaled(1, "%.0f"))
 		}
 		row = append(row, f("long_flow_bps", scaled(1e-6, "%.1f")), f("utilization", scaled(100, "%.0f")),
 			f("queue_p99_bytes", kbf), f("drops", scaled(1, "%.0f")), f("retransmits", scaled(1, "%.0f")),
 			f("rtos", scaled(1, "%.0f")), tailRTOCell(v.RCTTail), pauses, paused, above, held, f("cpu_busy", scaled(100, "%.0f")))
 		if costs {
-			row = append(row, orBPF, floor)
+			row = append(row, orBPF, tcFloor, sockopsFloor)
 		}
 		row = append(row, fmt.Sprint(failed))
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
@@ -112,7 +113,7 @@ func (r *OnRampReport) Table(w io.Writer) error {
 	fmt.Fprintln(w, "bg FCT: the web-search flows', pooled, nearest-rank p99 (with n flows); other figures: median over the runs (min-max).")
 	if costs {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run; On-Ramp BPF: the share of them On-Ramp's programs ran (the kernel's BPF statistics, on for every program in every run: each run also reads the clock twice).")
-		fmt.Fprintln(w, "tc floor: ns per run of a tc program that does nothing, run before On-Ramp's at each of their hooks in the runs with On-Ramp (whose cpu includes it): what a tc run costs there before any work.")
+		fmt.Fprintln(w, "floor: ns per run of a tc and a sockops program that do nothing, run where On-Ramp's run in the runs with On-Ramp (whose cpu includes them): what a run costs there before any work.")
 	} else {
 		fmt.Fprintln(w, "cpu: the machine's CPUs busy over the run.")
 	}

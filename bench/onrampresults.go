@@ -341,6 +341,10 @@ type OnRampCounters struct {
 	// programs' ns per run less it is their own work. Absent without
 	// OnRampConfig.BPFCosts, and in runs from before it was measured.
 	TCFloorNsPerRun *float64 `json:"tc_floor_ns_per_run,omitempty"`
+	// SockopsFloorNsPerRun is the same for a sockops program that does
+	// nothing, attached to the cgroup On-Ramp's sockops program is
+	// (sockopsFloorName in BPF), which runs for the same callbacks.
+	SockopsFloorNsPerRun *float64 `json:"sockops_floor_ns_per_run,omitempty"`
 	// AboveThresholdShare is the share of the time the senders'
 	// per-peer histograms sampled whose one-way delay was above T
 	// (onramp.PeerStatus.ShareAboveThreshold, weighted by the time each

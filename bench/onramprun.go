@@ -77,10 +77,9 @@ type onrampRunner struct {
 	// costs reads the BPF programs' run time over each run; nil without
 	// OnRampConfig.BPFCosts.
 	costs *programCosts
-	// floor runs before On-Ramp's tc programs at their hooks in the runs
-	// with On-Ramp, to time a tc run that does nothing; nil without
-	// OnRampConfig.BPFCosts.
-	floor *tcFloor
+	// floors run where On-Ramp's programs do in the runs with On-Ramp,
+	// to time runs that do nothing; nil without OnRampConfig.BPFCosts.
+	floors *bpfFloors
 }
 
 // onrampPlace is an interface On-Ramp is enabled on in the runs with it.
@@ -125,11 +124,11 @@ func RunOnRamp(ctx context.Context, l *loader.Loader, n *sockops.INT, cfg OnRamp
 		if r.costs.err != nil {
 			return nil, fmt.Errorf("enable the kernel's BPF statistics to time the BPF programs: %w (needs CAP_SYS_ADMIN and Linux 5.8)", r.costs.err)
 		}
-		if r.floor, err = newTCFloor(); err != nil {
+		if r.floors, err = newBPFFloors(); err != nil {
 			return nil, err
 		}
-		defer func() { err = errors.Join(err, r.floor.close()) }()
-		r.say("BPF statistics on: every BPF program run also reads the clock twice; %s, a tc program that does nothing, runs before On-Ramp's at each of their hooks", tcFloorName)
+		defer func() { err = errors.Join(err, r.floors.close()) }()
+		r.say("BPF statistics on: every BPF program run also reads the clock twice; %s and %s, which do nothing, run where On-Ramp's programs do", tcFloorName, sockopsFloorName)
 	}
 	for _, cc := range loader.Builtin() {
 		r.builtin[cc.Name] = cc
@@ -368,11 +367,11 @@ type onrampOut struct {
 // afterwards, also when the traffic fails.
 func (r *onrampRunner) run(ctx context.Context, v onrampVariant, seed uint64) (out onrampOut, err error) {
 	if v.onramp {
-		if r.floor != nil {
-			if err := r.floor.attach(r.places); err != nil {
+		if r.floors != nil {
+			if err := r.floors.attach(r.places); err != nil {
 				return out, err
 			}
-			defer func() { err = errors.Join(err, r.floor.detach()) }()
+			defer func() { err = errors.Join(err, r.floors.detach()) }()
 		}
 		if err := r.enableOnRamp(); err != nil {
 			return out, errors.Join(err, r.disableOnRamp())
@@ -894,7 +893,8 @@ func (r *onrampRunner) traffic(ctx context.Context, v onrampVariant, seed uint64
 		if r.costs != nil {
 			b := onrampBPFBusy(res.BPF, progsOver, runtime.NumCPU())
 			res.OnRamp.BPFBusy = &b
-			res.OnRamp.TCFloorNsPerRun = floorNsPerRun(res.BPF)
+			res.OnRamp.TCFloorNsPerRun = floorNsPerRun(res.BPF, tcFloorName, ProgramTC)
+			res.OnRamp.SockopsFloorNsPerRun = floorNsPerRun(res.BPF, sockopsFloorName, ProgramSockOps)
 		}
 	}
 

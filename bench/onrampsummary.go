@@ -122,6 +122,7 @@ func onrampFigures() []onrampFigure {
 		}},
 		{"onramp_bpf_busy", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.BPFBusy })},
 		{"tc_floor_ns_per_run", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.TCFloorNsPerRun })},
+		{"sockops_floor_ns_per_run", withOnRampOptional(func(o *OnRampCounters) *float64 { return o.SockopsFloorNsPerRun })},
 	}
 	for _, b := range []string{stats.BucketSmall, stats.BucketMedium, stats.BucketLarge, stats.BucketAll} {
 		figs = append(figs, onrampFigure{"bg_fct_p99_us_" + bucketKey(b), func(r OnRampRun) (float64, bool) {
