@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ccload/ccload/bench/perack"
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/testbed"
 )
 
@@ -59,29 +60,17 @@ func (p *programCosts) snapshot() map[ebpf.ProgramID]progCounter {
 	if p.err != nil {
 		return out
 	}
-	var id ebpf.ProgramID
-	for range 1 << 16 {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break
+	// A walk that fails leaves out the programs after the failure: their
+	// costs are then missing from the run, not wrong.
+	_ = kernel.WalkPrograms(func(id ebpf.ProgramID, prog *ebpf.Program, info *ebpf.ProgramInfo) bool {
+		if !slices.Contains(costTypes[:], info.Type) {
+			return true
 		}
-		id = next
-		prog, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
+		if st, err := prog.Stats(); err == nil {
+			out[id] = progCounter{name: info.Name, typ: info.Type, runs: st.RunCount, runtime: st.Runtime}
 		}
-		info, err := prog.Info()
-		if err != nil || !slices.Contains(costTypes[:], info.Type) {
-			prog.Close()
-			continue
-		}
-		st, err := prog.Stats()
-		prog.Close()
-		if err != nil {
-			continue
-		}
-		out[id] = progCounter{name: info.Name, typ: info.Type, runs: st.RunCount, runtime: st.Runtime}
-	}
+		return true
+	})
 	return out
 }
 

@@ -901,21 +901,13 @@ func testOnRampScenarioQuick(t *testing.T, ccs []string, newConns, observe bool)
 // programsNamed counts the BPF programs in the kernel named name.
 func programsNamed(name string) int {
 	n := 0
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			return n
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		if info, err := p.Info(); err == nil && info.Name == name {
+	_ = kernel.WalkPrograms(func(_ ebpf.ProgramID, _ *ebpf.Program, info *ebpf.ProgramInfo) bool {
+		if info.Name == name {
 			n++
 		}
-		p.Close()
-	}
+		return true
+	})
+	return n
 }
 
 // responseConns is how many connections carried a run's responses.

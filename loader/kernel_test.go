@@ -468,25 +468,15 @@ func TestSharedMapsOfCCs(t *testing.T) {
 func structOpsProgsUsing(t *testing.T, id ebpf.MapID) int {
 	t.Helper()
 	n := 0
-	for pid := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(pid)
-		if err != nil {
-			return n
-		}
-		pid = next
-		p, err := ebpf.NewProgramFromID(pid)
-		if err != nil {
-			continue // unloaded meanwhile
-		}
-		info, err := p.Info()
-		p.Close()
-		if err != nil || info.Type != ebpf.StructOps {
-			continue
-		}
-		if ids, ok := info.MapIDs(); ok && slices.Contains(ids, id) {
+	if err := kernel.WalkPrograms(func(_ ebpf.ProgramID, _ *ebpf.Program, info *ebpf.ProgramInfo) bool {
+		if ids, ok := info.MapIDs(); ok && info.Type == ebpf.StructOps && slices.Contains(ids, id) {
 			n++
 		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
 	}
+	return n
 }
 
 // TestCarriedParamsAcrossLayouts checks that an upgrade whose params struct

@@ -234,42 +234,14 @@ func (c *Collector) collectPrograms(s *scrape) error {
 	if len(objs.progs) == 0 && len(objs.maps) == 0 {
 		return nil
 	}
-	var id ebpf.ProgramID
-	for range maxPrograms {
-		next, err := ebpf.ProgramGetNextID(id)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
+	return kernel.WalkPrograms(func(id ebpf.ProgramID, prog *ebpf.Program, info *ebpf.ProgramInfo) bool {
+		if o, ok := objs.ownerOf(id, info); ok {
+			if err := c.emitProgramStats(s, prog, id, info.Name, o); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.errs = append(s.errs, err)
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("walk the kernel's programs: %w", err)
-		}
-		id = next
-		if err := c.collectProgram(s, id, objs); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.errs = append(s.errs, err)
-		}
-	}
-	return fmt.Errorf("walk the kernel's programs: more than %d", maxPrograms)
-}
-
-// maxPrograms bounds the walk of the kernel's programs.
-const maxPrograms = 1 << 20
-
-// collectProgram exports program id when it is ccload's.
-func (c *Collector) collectProgram(s *scrape, id ebpf.ProgramID, objs *pinnedObjects) error {
-	prog, err := ebpf.NewProgramFromID(id)
-	if err != nil {
-		return fmt.Errorf("open program %d: %w", id, err)
-	}
-	defer prog.Close()
-	info, err := prog.Info()
-	if err != nil {
-		return fmt.Errorf("read program %d: %w", id, err)
-	}
-	o, ok := objs.ownerOf(id, info)
-	if !ok {
-		return nil
-	}
-	return c.emitProgramStats(s, prog, id, info.Name, o)
+		return true
+	})
 }
 
 // ownerOf finds where program id, described by info, is pinned.

@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/qdisc"
 )
 
@@ -15,21 +16,14 @@ import (
 // last reference goes, so a caller polls.
 func ProgramsAlive() []string {
 	var names []string
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			return names
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "onramp_") {
+	// A walk that fails lists what it found: the callers poll.
+	_ = kernel.WalkPrograms(func(_ ebpf.ProgramID, _ *ebpf.Program, info *ebpf.ProgramInfo) bool {
+		if strings.HasPrefix(info.Name, "onramp_") {
 			names = append(names, info.Name)
 		}
-		p.Close()
-	}
+		return true
+	})
+	return names
 }
 
 // PrepareSender gives iface, an interface of the calling thread's network
