@@ -200,9 +200,8 @@ type OnRampConfig struct {
 	// On-Ramp runs a tc and a sockops program that do nothing where
 	// On-Ramp's programs run, to time a run there that does no work
 	// (OnRampCounters.TCFloorNsPerRun, SockopsFloorNsPerRun). Off by
-	// default: the
-	// statistics add two clock reads to every program run, which changes
-	// what the run measures (docs/benchmarks.md, On-Ramp).
+	// default: the statistics add two clock reads to every program run,
+	// which changes what the run measures (docs/benchmarks.md, On-Ramp).
 	BPFCosts bool
 	// CCHolds attaches the CCs that have the parameter onramp_holds
 	// (theta_powertcp, powertcp) with it set, so that they take On-Ramp's
