@@ -62,7 +62,7 @@ func TestAttachCloseRemovesEverything(t *testing.T) {
 	if err := e.SetDelay(100 * time.Microsecond); err != nil {
 		t.Fatal(err)
 	}
-	id := programID(t, e.Program())
+	id := testutil.ProgramID(t, e.Program())
 	before := readTCState(t, p.A, iface)
 	t.Logf("%s before: %v", iface, before)
 
@@ -152,7 +152,7 @@ func TestAttachClsactSharing(t *testing.T) {
 	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
-	id := programID(t, e.Program())
+	id := testutil.ProgramID(t, e.Program())
 	before := readTCState(t, p.A, iface)
 
 	egress := attach(t, p.A, iface, e.Program(), AttachOptions{Method: MethodClsact})

@@ -137,20 +137,6 @@ func tcxPrograms(ifindex int, dir Direction) ([]ebpf.ProgramID, error) {
 	return ids, nil
 }
 
-// programID returns the kernel's ID of prog.
-func programID(t testing.TB, prog *ebpf.Program) ebpf.ProgramID {
-	t.Helper()
-	info, err := prog.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		t.Fatal("the kernel reports no program ID")
-	}
-	return id
-}
-
 // rttResult is what measureRTT observed on one connection.
 type rttResult struct {
 	// Min and Median are the user-space round trip times of the

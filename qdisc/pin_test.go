@@ -81,9 +81,9 @@ func TestPinReleaseDetachPinned(t *testing.T) {
 	if err := e.SetDelay(10 * time.Microsecond); err != nil {
 		t.Fatal(err)
 	}
-	id := programID(t, e.Program())
+	id := testutil.ProgramID(t, e.Program())
 	other := passProgram(t)
-	otherID := programID(t, other)
+	otherID := testutil.ProgramID(t, other)
 	pins := bpffsDir(t)
 
 	tests := []struct {
@@ -280,7 +280,7 @@ func TestReleaseRefusesUnpinnedTCX(t *testing.T) {
 	p := testnet.NewPair(t)
 	iface := peerIface(t, p.A)
 	e := loadEDT(t)
-	id := programID(t, e.Program())
+	id := testutil.ProgramID(t, e.Program())
 	before := readTCState(t, p.A, iface)
 
 	a, err := attachIn(p.A, iface, e.Program(), AttachOptions{Method: MethodTCX})

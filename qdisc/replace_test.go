@@ -78,7 +78,7 @@ func TestReplacePinned(t *testing.T) {
 				if err := newE.SetDelay(time.Microsecond); err != nil { // it counts packets it delays
 					t.Fatal(err)
 				}
-				oldID, newID := programID(t, oldE.Program()), programID(t, newE.Program())
+				oldID, newID := testutil.ProgramID(t, oldE.Program()), testutil.ProgramID(t, newE.Program())
 				path := filepath.Join(pins, m.String()+"_"+dir.String())
 				pinReleased(t, p.A, iface, oldE.Program(), m, dir, path)
 				var linkID link.ID
@@ -184,7 +184,7 @@ func TestRecoverReplace(t *testing.T) {
 		name := map[bool]string{false: "killed before the swap", true: "killed after the swap"}[swapped]
 		t.Run(name, func(t *testing.T) {
 			oldE, newE := loadEDT(t), loadEDT(t)
-			oldID, newID := programID(t, oldE.Program()), programID(t, newE.Program())
+			oldID, newID := testutil.ProgramID(t, oldE.Program()), testutil.ProgramID(t, newE.Program())
 			path := filepath.Join(pins, strings.ReplaceAll(name, " ", "_"))
 			pinReleased(t, p.A, iface, oldE.Program(), MethodClsact, Egress, path)
 

@@ -22,15 +22,7 @@ func TestWalkPrograms(t *testing.T) {
 			t.Fatalf("load a test program: %v", err)
 		}
 		defer p.Close()
-		info, err := p.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, ok := info.ID()
-		if !ok {
-			t.Fatal("the test program has no ID")
-		}
-		ids = append(ids, id)
+		ids = append(ids, testutil.ProgramID(t, p))
 	}
 	seen := map[ebpf.ProgramID]int{}
 	if err := kernel.WalkPrograms(func(id ebpf.ProgramID, prog *ebpf.Program, info *ebpf.ProgramInfo) bool {

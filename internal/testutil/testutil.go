@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/ccload/ccload/internal/kernel"
 )
 
@@ -115,4 +117,18 @@ func Registrations(t testing.TB) []kernel.Registration {
 		return []kernel.Registration{kernel.RegLegacy}
 	}
 	return []kernel.Registration{kernel.RegLink, kernel.RegLegacy}
+}
+
+// ProgramID returns the kernel's ID of prog, failing t where it has none.
+func ProgramID(t testing.TB, prog *ebpf.Program) ebpf.ProgramID {
+	t.Helper()
+	info, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		t.Fatal("the kernel reports no program ID")
+	}
+	return id
 }
