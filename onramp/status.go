@@ -127,8 +127,9 @@ type PeerStatus struct {
 	// echo above it would have asked for a pause: it is how much of the
 	// time On-Ramp would pause this peer's flows (though pauses, once on,
 	// lower the delays that follow them, and lag compensation lets some
-	// echoes above T pass). To the histogram's resolution, a bucket counting as above T
-	// when its middle is, as the percentiles are its middles. -1 with
+	// echoes above T pass). To the histogram's resolution, a bucket
+	// counting as above T when its middle is, as the percentiles are its
+	// middles. -1 with
 	// --threshold auto, or before any echo.
 	ShareAboveThreshold float64 `json:"share_above_threshold"`
 }

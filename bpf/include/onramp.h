@@ -48,9 +48,9 @@
  * and had to grow by T / 2 before it asked for a pause. The CCs that keep
  * their queues short, whose delays stay far below T, send small packets:
  * θ-PowerTCP had 445 stamped per MB where cubic had 145
- * (docs/benchmarks.md), each of which took a stamp and an echo. They are spared the stamp's and the
- * echo's part of that work; each packet's own (parse, flow lookup,
- * departure time) stays.
+ * (docs/benchmarks.md), each of which took a stamp and an echo. They are
+ * spared the stamp's and the echo's part of that work; each packet's own
+ * (parse, flow lookup, departure time) stays.
  */
 #define ONRAMP_SPARSE_BELOW 2
 #define ONRAMP_SPARSE_EVERY 4
