@@ -129,8 +129,7 @@ type PeerStatus struct {
 	// lower the delays that follow them, and lag compensation lets some
 	// echoes above T pass). To the histogram's resolution, a bucket
 	// counting as above T when its middle is, as the percentiles are its
-	// middles. -1 with
-	// --threshold auto, or before any echo.
+	// middles. -1 with --threshold auto, or before any echo.
 	ShareAboveThreshold float64 `json:"share_above_threshold"`
 }
 
