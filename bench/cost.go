@@ -60,8 +60,8 @@ func (p *programCosts) snapshot() map[ebpf.ProgramID]progCounter {
 	if p.err != nil {
 		return out
 	}
-	// A walk that fails leaves out the programs after the failure: their
-	// costs are then missing from the run, not wrong.
+	// A program the walk cannot read, and those after a walk that fails,
+	// are left out: their costs are then missing from the run, not wrong.
 	_ = kernel.WalkPrograms(func(id ebpf.ProgramID, prog *ebpf.Program, info *ebpf.ProgramInfo) bool {
 		if !slices.Contains(costTypes[:], info.Type) {
 			return true
