@@ -7,7 +7,6 @@ package e2e
 // connection may notice.
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -15,6 +14,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -89,16 +89,20 @@ func TestDaemonRestartUnderTraffic(t *testing.T) {
 		if err := os.WriteFile(config, []byte("ccs:\n  - name: "+upgradeCC+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		daemonArgs := append(slices.Clone(args), "daemon", "--config", config, "--metrics-addr", "")
-		old := exec.CommandContext(ctx, bin, daemonArgs...)
-		var oldLog bytes.Buffer
+		daemonArgs := append(slices.Clone(args), "daemon", "--config", config)
+		// The old daemon serves /readyz on a port of the kernel's choosing,
+		// so that the test knows when its first reconcile is done.
+		old := exec.CommandContext(ctx, bin, append(slices.Clone(daemonArgs), "--metrics-addr", "127.0.0.1:0")...)
+		var oldLog testutil.Buffer
 		old.Stdout, old.Stderr = &oldLog, &oldLog
 		if err := old.Start(); err != nil {
 			t.Fatal(err)
 		}
 		// The old daemon adopts what the test attached (the same build),
-		// then gets SIGTERM and leaves it pinned.
-		time.Sleep(500 * time.Millisecond)
+		// then gets SIGTERM and leaves it pinned. A signal sent before it
+		// has set up its handlers would kill it, and a slow guest can take
+		// more than a second to get there: wait until it is ready.
+		waitDaemonReady(t, ctx, &oldLog)
 		if err := old.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +112,7 @@ func TestDaemonRestartUnderTraffic(t *testing.T) {
 		if strings.Contains(oldLog.String(), "reconcile: attach") || strings.Contains(oldLog.String(), "reconcile: upgrade") {
 			t.Errorf("the old daemon changed the CC, which it should have adopted:\n%s", oldLog.String())
 		}
-		next := exec.CommandContext(ctx, bin, append(daemonArgs, "--build-version", upgradeBuild)...)
+		next := exec.CommandContext(ctx, bin, append(daemonArgs, "--metrics-addr", "", "--build-version", upgradeBuild)...)
 		var nextLog testutil.Buffer
 		next.Stdout, next.Stderr = &nextLog, &nextLog
 		if err := next.Start(); err != nil {
@@ -127,6 +131,30 @@ func TestDaemonRestartUnderTraffic(t *testing.T) {
 		t.Logf("the new daemon: %s", strings.TrimSpace(nextLog.String()))
 		return nil
 	})
+}
+
+// waitDaemonReady waits, for a minute at most, until the daemon whose
+// output is log serves /readyz and it answers 200: the daemon has set up
+// its signal handlers and finished its first reconcile.
+func waitDaemonReady(t *testing.T, ctx context.Context, log *testutil.Buffer) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for i := 0; ; i++ {
+		if i > 600 || ctx.Err() != nil {
+			t.Fatalf("the daemon was not ready within a minute:\n%s", log.String())
+		}
+		if _, addr, ok := strings.Cut(log.String(), "/readyz on "); ok {
+			addr, _, _ = strings.Cut(addr, "\n")
+			resp, err := client.Get("http://" + strings.TrimSpace(addr) + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // underTraffic runs the traffic of TestUpgradeUnderTraffic and calls
