@@ -86,6 +86,8 @@ CLOCK_OFFSETS_MAP;
 
 ONRAMP_HOLDS_MAP;
 
+ONRAMP_ROOM_MAP;
+
 /* A new peer's first value: too large for the stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -296,6 +298,42 @@ static __always_inline bool sparse(const struct onramp_flow *fl, __u64 now)
 }
 
 /*
+ * When fl's data next needs room for a STAMP, for its socket's sockops
+ * program: the end of the quiet gap of a quiet flow, 0 for any other
+ * (onramp.h, "Room only where it is used").
+ */
+static __always_inline __u64 quiet_until(const struct onramp_flow *fl)
+{
+	struct onramp_config *cfg;
+
+	if (!fl->sparse_gap_ns)
+		return 0;
+	cfg = onramp_cfg();
+	if (!cfg || (cfg->flags & ONRAMP_F_STAMP_EVERY))
+		return 0;
+	return fl->stamped_at + fl->sparse_gap_ns;
+}
+
+/* Writes quiet_until(fl) into the sending socket's onramp_room. */
+static __always_inline void tell_room(struct __sk_buff *skb, struct onramp_flow *fl)
+{
+	struct onramp_room *r;
+	struct bpf_sock *sk;
+
+	sk = skb->sk;
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	r = bpf_sk_storage_get(&onramp_room, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!r)
+		return;
+	r->quiet_until = quiet_until(fl);
+	fl->room_stale = 0;
+}
+
+/*
  * A data segment leaving: its departure time and its STAMP. The departure
  * time never goes backwards within a flow: it is at least the last one
  * given, and only ever moved later than the segment's own.
@@ -321,11 +359,15 @@ static __always_inline void stamp(struct __sk_buff *skb, const struct tcp_pkt *p
 		}
 	}
 	if (sparse(fl, now)) {
+		/* Room that sockops should not have made: tell it when. */
 		depart(skb, fl, now);
+		tell_room(skb, fl);
 		stat_add(&onramp_stats, ONRAMP_STAT_SPARED, 1);
 		return;
 	}
 	fl->stamped_at = now;
+	if (fl->sparse_gap_ns || fl->room_stale)
+		tell_room(skb, fl);
 	tai = bpf_ktime_get_tai_ns();
 	dep = depart(skb, fl, now);
 
@@ -385,8 +427,11 @@ static __always_inline void keep_place(struct __sk_buff *skb, const struct tcp_f
 
 	flow_key(f, true, &k);
 	fl = bpf_map_lookup_elem(&onramp_flows, &k);
-	if (fl)
-		depart(skb, fl, bpf_ktime_get_ns());
+	if (!fl)
+		return;
+	depart(skb, fl, bpf_ktime_get_ns());
+	if (fl->room_stale)
+		tell_room(skb, fl);
 }
 
 SEC("tc")
@@ -596,7 +641,7 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	__u32 zero = 0, *on;
 	struct onramp_peer *pr;
 	__s32 owd = (__s32)bpf_ntohl(opt->a);
-	__u32 tx = bpf_ntohl(opt->b), pause = bpf_ntohl(opt->c), rtt, age, p_last, flags = 0;
+	__u32 tx = bpf_ntohl(opt->b), pause = bpf_ntohl(opt->c), rtt, age, p_last, flags = 0, gap;
 	__u64 now, tai, t = 0, want = 0, until, added = 0, excess;
 
 	if (!cfg)
@@ -654,9 +699,16 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 		pr->last_owd_at = now;
 		pr->last_excess = excess;
 	}
-	/* Quiet: the flow's data needs stamps only now and then. */
-	fl->sparse_gap_ns = owd >= 0 && (__u64)owd < t / ONRAMP_SPARSE_BELOW ?
-			    (__u32)min_u64(t / ONRAMP_SPARSE_EVERY, 0xffffffff) : 0;
+	/*
+	 * Quiet: the flow's data needs stamps only now and then. A change
+	 * reaches the socket's sockops program with the flow's next segment
+	 * (tell_room).
+	 */
+	gap = owd >= 0 && (__u64)owd < t / ONRAMP_SPARSE_BELOW ? (__u32)min_u64(t / ONRAMP_SPARSE_EVERY, 0xffffffff) : 0;
+	if (gap != fl->sparse_gap_ns) {
+		fl->sparse_gap_ns = gap;
+		fl->room_stale = 1;
+	}
 	want = pause_for(owd, p_last, fl->beta, t, cfg);
 	if (want > cfg->max_pause_ns) {
 		want = cfg->max_pause_ns;

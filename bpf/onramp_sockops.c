@@ -8,6 +8,12 @@
  * an ECHO when it has a sample to return. Growing a TCP header at tc is not
  * sound for GSO packets; rewriting room that TCP made is.
  *
+ * It makes room only where the tc programs will fill it (onramp.h, "Room
+ * only where it is used"): on data unless the socket's onramp_room says
+ * the flow is quiet until later, and on a pure ACK once a STAMP has
+ * arrived since the last ECHO room, which the parse callback for unknown
+ * options sees.
+ *
  * It keeps no flow state: one program per cgroup serves every network
  * namespace whose sockets are in it, while the tc programs, one set per
  * interface, keep the state and read their namespace's clock map.
@@ -20,6 +26,8 @@
 char _license[] SEC("license") = "GPL";
 
 SCOPE_MAPS(onramp_peers);
+
+ONRAMP_ROOM_MAP;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -61,7 +69,36 @@ static __always_inline void on_established(struct bpf_sock_ops *skops)
 		return;
 	st->scoped = 1;
 	stat_add(&onramp_sockops_stats, ONRAMP_STAT_SCOPED, 1);
-	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG |
+					 BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
+}
+
+/*
+ * Whether the segment being sized, data or a pure ACK, will carry an
+ * On-Ramp option. A connection established under an earlier build has no
+ * parse callback for unknown options: its first pure ACK turns it on, and
+ * gets room as every pure ACK did then.
+ */
+static __always_inline bool room_wanted(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct onramp_room *r;
+
+	if (!sk)
+		return false;
+	if (skops->skb_len > 0) {
+		r = bpf_sk_storage_get(&onramp_room, sk, NULL, 0);
+		return !r || bpf_ktime_get_ns() >= r->quiet_until;
+	}
+	if (!(skops->bpf_sock_ops_cb_flags & BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG)) {
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
+		return true;
+	}
+	r = bpf_sk_storage_get(&onramp_room, sk, NULL, 0);
+	if (!r || !r->echo_due)
+		return false;
+	r->echo_due = 0;
+	return true;
 }
 
 static __always_inline void on_hdr_len(struct bpf_sock_ops *skops)
@@ -85,6 +122,8 @@ static __always_inline void on_hdr_len(struct bpf_sock_ops *skops)
 	st->planned = 0;
 	/* Nothing on SYNs, FINs or RSTs. */
 	if (skops->skb_tcp_flags & 0x07)
+		return;
+	if (!room_wanted(skops))
 		return;
 	n = skops->skb_len > 0 ? ONRAMP_STAMP_LEN : ONRAMP_ECHO_LEN;
 	if (bpf_reserve_hdr_opt(skops, n, 0)) {
@@ -112,6 +151,27 @@ static __always_inline void on_hdr_write(struct bpf_sock_ops *skops)
 		stat_add(&onramp_sockops_stats, n == ONRAMP_STAMP_LEN ? ONRAMP_STAT_STAMP_NO_SPACE : ONRAMP_STAT_ECHO_NO_SPACE, 1);
 }
 
+/* A segment with an option TCP does not know: a STAMP wants an ECHO. */
+static __always_inline void on_parse(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	__u8 opt[ONRAMP_STAMP_LEN] = {};
+	struct onramp_room *r;
+
+	if (!sk)
+		return;
+	/* Search by kind and ExID (the first 4 bytes). */
+	opt[0] = TCP_OPT_EXP;
+	opt[1] = TCP_OPT_EXP_HDR;
+	opt[2] = ONRAMP_EXID_STAMP >> 8;
+	opt[3] = ONRAMP_EXID_STAMP & 0xff;
+	if (bpf_load_hdr_opt(skops, opt, sizeof(opt), 0) < 0)
+		return;
+	r = bpf_sk_storage_get(&onramp_room, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (r)
+		r->echo_due = 1;
+}
+
 SEC("sockops")
 int onramp_sockops(struct bpf_sock_ops *skops)
 {
@@ -125,6 +185,9 @@ int onramp_sockops(struct bpf_sock_ops *skops)
 		break;
 	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB:
 		on_hdr_write(skops);
+		break;
+	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB:
+		on_parse(skops);
 		break;
 	}
 	return 1;

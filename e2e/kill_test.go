@@ -40,6 +40,7 @@ import (
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/pin"
+	"github.com/ccload/ccload/internal/sharedmaps"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
 	"github.com/ccload/ccload/onramp"
@@ -909,12 +910,12 @@ func (e *killEnv) check(t *testing.T) []string {
 		bad("%d INT sockops programs are attached to the cgroup root, want %d (%d before the test, INT enabled: %v)", n, want, e.sockopsBefore, intOn)
 	}
 
-	// The shared maps (the INT store, On-Ramp's holds): held only by what
-	// is pinned, and by all of that.
+	// The shared maps (the INT store, On-Ramp's holds and room): held
+	// only by what is pinned, and by all of that.
 	holders, _ := os.ReadDir(filepath.Join(root, "shared", "holders"))
 	held := names(holders)
 	if kernel.Exists(filepath.Join(root, "shared")) {
-		if !kernel.Exists(filepath.Join(root, "shared", "int_store")) && !kernel.Exists(filepath.Join(root, "shared", "onramp_holds")) {
+		if !slices.ContainsFunc(sharedmaps.Names(), func(m string) bool { return kernel.Exists(filepath.Join(root, "shared", m)) }) {
 			bad("the shared maps' directory is left without a map")
 		}
 		if len(held) == 0 {

@@ -3,6 +3,7 @@ package onramp
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 
@@ -46,7 +47,7 @@ const Priority = qdisc.DefaultPriority + 1
 type OnRamp struct {
 	host   kernel.Host
 	salt   uint32            // see WithBuildSalt
-	shared *sharedmaps.Store // the holds map it shares with θ-PowerTCP
+	shared *sharedmaps.Store // the holds map it shares with θ-PowerTCP, and its room map
 }
 
 // holdsHolder is On-Ramp's name among the holders of the shared maps
@@ -254,15 +255,15 @@ func (o *OnRamp) attachPrograms(key pin.IfaceKey, cfg Config) (notes []string, e
 		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded On-Ramp object")
 	}
 	spec.Maps[onrampMapOnrampParams].Contents = []ebpf.MapKV{{Key: uint32(0), Value: cfg.params()}}
-	holds, err := o.shared.Acquire(holdsHolder, spec.Maps[onrampMapOnrampHolds])
+	shared, err := o.acquireShared(spec)
 	if err != nil {
 		return nil, err
 	}
-	defer holds.Close()
+	defer pin.CloseMaps(shared)
+	repl := map[string]*ebpf.Map{onrampMapClockOffsets: clock}
+	maps.Copy(repl, shared)
 	var objs onrampObjects
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{onrampMapClockOffsets: clock, onrampMapOnrampHolds: holds},
-	}); err != nil {
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
 		return nil, kernel.LoadError("On-Ramp's tc programs", err)
 	}
 	defer objs.Close()
@@ -343,6 +344,27 @@ func (objs *onrampObjects) pinned() map[string]*ebpf.Map {
 		onrampMapOnrampPeers: objs.OnrampPeers, onrampMapOnrampStats: objs.OnrampStats,
 		onrampMapOnrampTrace: objs.OnrampTrace, onrampMapOnrampTraceOn: objs.OnrampTraceOn,
 	}
+}
+
+// acquireShared takes On-Ramp's hold on the shared maps that spec
+// declares (internal/sharedmaps): the holds map it shares with θ-PowerTCP
+// and the room map it shares with its own sockops program. It returns
+// them by name, for MapReplacements; the caller closes them.
+func (o *OnRamp) acquireShared(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
+	maps := map[string]*ebpf.Map{}
+	for _, name := range []string{sharedmaps.OnRampHolds, sharedmaps.OnRampRoom} {
+		ms, ok := spec.Maps[name]
+		if !ok {
+			continue
+		}
+		m, err := o.shared.Acquire(holdsHolder, ms)
+		if err != nil {
+			pin.CloseMaps(maps)
+			return nil, err
+		}
+		maps[name] = m
+	}
+	return maps, nil
 }
 
 // program returns the tc program of side.

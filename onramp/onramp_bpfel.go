@@ -61,7 +61,7 @@ type onrampOnrampFlow struct {
 	Samples     uint32
 	HavePrev    uint32
 	SparseGapNs uint32
-	Unused      uint32
+	RoomStale   uint32
 	StampedAt   uint64
 	RxOwd       int32
 	RxTx        uint32
@@ -115,6 +115,13 @@ type onrampOnrampPeer struct {
 	Hist       [256]uint32
 }
 
+type onrampOnrampRoom struct {
+	_          structs.HostLayout
+	QuietUntil uint64
+	EchoDue    uint32
+	Unused     uint32
+}
+
 type onrampOnrampTraceEvent struct {
 	_           structs.HostLayout
 	TsNs        uint64
@@ -139,6 +146,7 @@ const (
 	onrampMapOnrampParams        = "onramp_params"
 	onrampMapOnrampPeerInit      = "onramp_peer_init"
 	onrampMapOnrampPeers         = "onramp_peers"
+	onrampMapOnrampRoom          = "onramp_room"
 	onrampMapOnrampStats         = "onramp_stats"
 	onrampMapOnrampTrace         = "onramp_trace"
 	onrampMapOnrampTraceOn       = "onramp_trace_on"
@@ -203,6 +211,7 @@ type onrampMapSpecs struct {
 	OnrampParams   *ebpf.MapSpec `ebpf:"onramp_params"`
 	OnrampPeerInit *ebpf.MapSpec `ebpf:"onramp_peer_init"`
 	OnrampPeers    *ebpf.MapSpec `ebpf:"onramp_peers"`
+	OnrampRoom     *ebpf.MapSpec `ebpf:"onramp_room"`
 	OnrampStats    *ebpf.MapSpec `ebpf:"onramp_stats"`
 	OnrampTrace    *ebpf.MapSpec `ebpf:"onramp_trace"`
 	OnrampTraceOn  *ebpf.MapSpec `ebpf:"onramp_trace_on"`
@@ -241,6 +250,7 @@ type onrampMaps struct {
 	OnrampParams   *ebpf.Map `ebpf:"onramp_params"`
 	OnrampPeerInit *ebpf.Map `ebpf:"onramp_peer_init"`
 	OnrampPeers    *ebpf.Map `ebpf:"onramp_peers"`
+	OnrampRoom     *ebpf.Map `ebpf:"onramp_room"`
 	OnrampStats    *ebpf.Map `ebpf:"onramp_stats"`
 	OnrampTrace    *ebpf.Map `ebpf:"onramp_trace"`
 	OnrampTraceOn  *ebpf.Map `ebpf:"onramp_trace_on"`
@@ -254,6 +264,7 @@ func (m *onrampMaps) Close() error {
 		m.OnrampParams,
 		m.OnrampPeerInit,
 		m.OnrampPeers,
+		m.OnrampRoom,
 		m.OnrampStats,
 		m.OnrampTrace,
 		m.OnrampTraceOn,

@@ -25,6 +25,13 @@ type onrampSockopsLpmV6 struct {
 	Addr      [4]uint32
 }
 
+type onrampSockopsOnrampRoom struct {
+	_          structs.HostLayout
+	QuietUntil uint64
+	EchoDue    uint32
+	Unused     uint32
+}
+
 type onrampSockopsOnrampSk struct {
 	_       structs.HostLayout
 	Scoped  uint32
@@ -37,6 +44,7 @@ type onrampSockopsOnrampSk struct {
 const (
 	onrampSockopsMapOnrampPeersV4      = "onramp_peers_v4"
 	onrampSockopsMapOnrampPeersV6      = "onramp_peers_v6"
+	onrampSockopsMapOnrampRoom         = "onramp_room"
 	onrampSockopsMapOnrampSk           = "onramp_sk"
 	onrampSockopsMapOnrampSockopsStats = "onramp_sockops_stats"
 	onrampSockopsProgOnrampSockops     = "onramp_sockops"
@@ -93,6 +101,7 @@ type onrampSockopsProgramSpecs struct {
 type onrampSockopsMapSpecs struct {
 	OnrampPeersV4      *ebpf.MapSpec `ebpf:"onramp_peers_v4"`
 	OnrampPeersV6      *ebpf.MapSpec `ebpf:"onramp_peers_v6"`
+	OnrampRoom         *ebpf.MapSpec `ebpf:"onramp_room"`
 	OnrampSk           *ebpf.MapSpec `ebpf:"onramp_sk"`
 	OnrampSockopsStats *ebpf.MapSpec `ebpf:"onramp_sockops_stats"`
 }
@@ -125,6 +134,7 @@ func (o *onrampSockopsObjects) Close() error {
 type onrampSockopsMaps struct {
 	OnrampPeersV4      *ebpf.Map `ebpf:"onramp_peers_v4"`
 	OnrampPeersV6      *ebpf.Map `ebpf:"onramp_peers_v6"`
+	OnrampRoom         *ebpf.Map `ebpf:"onramp_room"`
 	OnrampSk           *ebpf.Map `ebpf:"onramp_sk"`
 	OnrampSockopsStats *ebpf.Map `ebpf:"onramp_sockops_stats"`
 }
@@ -133,6 +143,7 @@ func (m *onrampSockopsMaps) Close() error {
 	return _OnrampSockopsClose(
 		m.OnrampPeersV4,
 		m.OnrampPeersV6,
+		m.OnrampRoom,
 		m.OnrampSk,
 		m.OnrampSockopsStats,
 	)

@@ -115,8 +115,17 @@ func (o *OnRamp) attachSockops(cgroup string) error {
 		}
 		cgroup = root
 	}
+	spec, err := loadOnrampSockops()
+	if err != nil {
+		return kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded On-Ramp sockops object")
+	}
+	shared, err := o.acquireShared(spec)
+	if err != nil {
+		return err
+	}
+	defer pin.CloseMaps(shared)
 	var objs onrampSockopsObjects
-	if err := loadOnrampSockopsObjects(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
 		return kernel.LoadError("On-Ramp's sockops program", err)
 	}
 	defer objs.Close()

@@ -25,6 +25,7 @@ package onramp
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
@@ -93,7 +94,7 @@ func (o *OnRamp) upgradeTC(k pin.IfaceKey) (reattach bool, notes []string, err e
 
 // loadOnPinned loads this build's tc programs on the maps pinned in dir,
 // an interface's pin set of the calling thread's network namespace, on
-// the namespace's clock map and on the shared holds map. An error that wraps
+// the namespace's clock map and on the shared maps. An error that wraps
 // ebpf.ErrMapIncompatible says that this build's maps differ from those.
 func (o *OnRamp) loadOnPinned(dir string) (*onrampObjects, error) {
 	spec, err := loadOnramp()
@@ -104,23 +105,23 @@ func (o *OnRamp) loadOnPinned(dir string) (*onrampObjects, error) {
 	for name := range (&onrampObjects{}).pinned() {
 		names[name] = name
 	}
-	maps, err := pin.OpenMaps(dir, names)
+	pinned, err := pin.OpenMaps(dir, names)
 	if err != nil {
 		return nil, err
 	}
-	defer pin.CloseMaps(maps)
+	defer pin.CloseMaps(pinned)
 	clock, err := clocksync.DataPathMap(o.host)
 	if err != nil {
 		return nil, err
 	}
-	maps[onrampMapClockOffsets] = clock
-	holds, err := o.shared.Acquire(holdsHolder, spec.Maps[onrampMapOnrampHolds])
+	pinned[onrampMapClockOffsets] = clock
+	shared, err := o.acquireShared(spec)
 	if err != nil {
 		return nil, err
 	}
-	maps[onrampMapOnrampHolds] = holds // closed with the others
+	maps.Copy(pinned, shared) // closed with the others
 	var objs onrampObjects
-	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps})
+	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: pinned})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		return nil, err
 	}
@@ -135,7 +136,7 @@ func (o *OnRamp) loadOnPinned(dir string) (*onrampObjects, error) {
 // program takes over the pinned prefixes and counters and the socket
 // storage of the old one (which is not pinned: it is found through the
 // attached program), so that live connections keep getting room for
-// On-Ramp's options. When the maps differ, it detaches the old program
+// On-Ramp's options, and it shares the room map with the tc programs. When the maps differ, it detaches the old program
 // and attaches the new one to the same cgroup instead: connections made
 // before then get no more room for options until they close.
 func (o *OnRamp) upgradeSockops() (notes []string, err error) {
@@ -145,12 +146,12 @@ func (o *OnRamp) upgradeSockops() (notes []string, err error) {
 		return nil, nil
 	}
 	linkPath := filepath.Join(dir, pinLink)
-	maps, err := pin.OpenMaps(dir, map[string]string{pinPeers4: onrampSockopsMapOnrampPeersV4,
+	pinned, err := pin.OpenMaps(dir, map[string]string{pinPeers4: onrampSockopsMapOnrampPeersV4,
 		pinPeers6: onrampSockopsMapOnrampPeersV6, pinSockStats: onrampSockopsMapOnrampSockopsStats})
 	if err != nil {
 		return nil, err
 	}
-	defer pin.CloseMaps(maps)
+	defer pin.CloseMaps(pinned)
 	lnk, err := link.LoadPinnedLink(linkPath, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open On-Ramp's sockops link: %w", err)
@@ -164,13 +165,18 @@ func (o *OnRamp) upgradeSockops() (notes []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("find the socket storage of On-Ramp's sockops program: %w", err)
 	}
-	maps[onrampSockopsMapOnrampSk] = sk
+	pinned[onrampSockopsMapOnrampSk] = sk
 	spec, err := loadOnrampSockops()
 	if err != nil {
 		return nil, kernel.NewError(kernel.KindBadObject, "rebuild ccload", err, "read the embedded On-Ramp sockops object")
 	}
+	shared, err := o.acquireShared(spec)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(pinned, shared) // closed with the others
 	var objs onrampSockopsObjects
-	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps})
+	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: pinned})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		return o.reattachSockops(info, err)
 	}

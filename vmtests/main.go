@@ -67,7 +67,7 @@ func guestPackages() []testPackage {
 			"TestDCTCPMatchesKernel", "TestRXTimestampsThroughFQ", "TestClockAgentKeepsStampsOutOfFQ",
 			"TestOnRampIncast", "TestOnRampPauseHoldsFlow", "TestOnRampUnderEveryCC",
 			"TestUpgradeUnderTraffic", "TestDaemonRestartUnderTraffic",
-			"TestKillOnRamp", "TestOnRampUpgradeInPlace", "TestOnRampUpgradeAcrossLayouts", "TestOnRampObserve",
+			"TestKillOnRamp", "TestOnRampUpgradeInPlace", "TestOnRampUpgradeAcrossLayouts", "TestOnRampObserve", "TestOnRampRoomOnlyWhenDue",
 		}, "|") + ")$"},
 		{name: "ccload", path: "cmd/ccload", tests: "^(TestOnRampCLI|TestOnRampObserveCLI|TestDaemon|TestDaemonBadConfig|TestDaemonOnRamp|TestDaemonOnRampObserve)$"},
 		{name: "onramp", path: "onramp", tests: "^(TestDataPath|TestRecover|TestUpgradeInPlace)$"},

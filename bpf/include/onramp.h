@@ -42,8 +42,8 @@
 /*
  * Sparse stamps. A flow whose newest echo's one-way delay was below
  * T / ONRAMP_SPARSE_BELOW is stamped at most once per T / ONRAMP_SPARSE_EVERY
- * (its other data segments leave with their PAD, which the receiver
- * ignores); any other flow has every data segment stamped. A queue that
+ * (its other data segments leave with no option: "Room only where it is
+ * used" below); any other flow has every data segment stamped. A queue that
  * builds behind such a flow is seen at most T / ONRAMP_SPARSE_EVERY later,
  * and had to grow by T / 2 before it asked for a pause. The CCs that keep
  * their queues short, whose delays stay far below T, send small packets:
@@ -91,7 +91,7 @@ struct onramp_flow {
 	__u32 samples;		/* echoes used */
 	__u32 have_prev;
 	__u32 sparse_gap_ns;	/* non-zero: stamp at most once per this (ONRAMP_SPARSE_*) */
-	__u32 unused;
+	__u32 room_stale;	/* the gap changed since the socket's onramp_room was written */
 	__u64 stamped_at;	/* MONO: the newest STAMP */
 	/* receiving side */
 	__s32 rx_owd;		/* the newest stamp's one-way delay, or ONRAMP_NO_CLOCK */
@@ -150,6 +150,45 @@ struct onramp_holds {
 		__type(key, int);                                            \
 		__type(value, struct onramp_holds);                          \
 	} onramp_holds SEC(".maps")
+
+/*
+ * Room only where it is used. The sockops program reserves a data
+ * segment's 12 bytes, and a pure ACK's 16, only when the tc programs will
+ * fill them: a segment with an On-Ramp option (even a PAD) misses TCP's
+ * header prediction at the other end, and the room shortens every
+ * segment. Each socket's entry of the map "onramp_room" says when:
+ *
+ *   quiet_until  the sender's egress writes it: a quiet flow
+ *                (ONRAMP_SPARSE_*) needs no STAMP on data that leaves
+ *                before this time (CLOCK_MONOTONIC ns; 0: stamp every
+ *                data segment). The egress writes it when it stamps a
+ *                quiet flow, and on the flow's next segment after an
+ *                echo changed the flow's gap (onramp_flow.room_stale);
+ *                a change reaches the sockets one segment late.
+ *   echo_due     the receiver's sockops program sets it when a STAMP
+ *                arrives (the parse callback for unknown options) and
+ *                clears it when it makes room on a pure ACK for the
+ *                ECHO of it.
+ *
+ * A socket with no entry, or set up by a build without it, gets room on
+ * every data segment and every pure ACK, as before. On-Ramp's tc objects
+ * and its sockops object declare the map; the one map they share is
+ * pinned as <pin root>/shared/onramp_room while any of them holds it
+ * (internal/sharedmaps).
+ */
+struct onramp_room {
+	__u64 quiet_until;
+	__u32 echo_due;
+	__u32 unused;
+};
+
+#define ONRAMP_ROOM_MAP                                                      \
+	struct {                                                             \
+		__uint(type, BPF_MAP_TYPE_SK_STORAGE);                       \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                        \
+		__type(key, int);                                            \
+		__type(value, struct onramp_room);                           \
+	} onramp_room SEC(".maps")
 
 /*
  * How long a segment TCP timed at sent_us (µs, CLOCK_MONOTONIC) was at

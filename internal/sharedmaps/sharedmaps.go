@@ -10,7 +10,11 @@
 //   - onramp_holds (struct onramp_holds, bpf/include/onramp.h): On-Ramp's
 //     tc egress marks there how long it held a socket's segments back, and
 //     θ-PowerTCP with onramp_holds=1 takes its RTT samples without those
-//     holds.
+//     holds;
+//   - onramp_room (struct onramp_room, bpf/include/onramp.h): On-Ramp's
+//     tc egress writes there when a quiet flow's data next needs room for
+//     a STAMP, and its sockops program, loaded by another path and
+//     upgraded on its own, reserves the room only then.
 //
 // Every user of a map must get the same map, so each is pinned at
 // <pin root>/shared/<map name> while anything holds it. Each holder (a CC,
@@ -37,10 +41,11 @@ import (
 const (
 	INTStore    = "int_store"
 	OnRampHolds = "onramp_holds"
+	OnRampRoom  = "onramp_room"
 )
 
 // Names are the maps a Store shares.
-func Names() []string { return []string{INTStore, OnRampHolds} }
+func Names() []string { return []string{INTStore, OnRampHolds, OnRampRoom} }
 
 // what names a map for users, in errors.
 func what(name string) string {
@@ -49,6 +54,8 @@ func what(name string) string {
 		return "the INT store"
 	case OnRampHolds:
 		return "On-Ramp's holds map"
+	case OnRampRoom:
+		return "On-Ramp's room map"
 	}
 	return name
 }

@@ -60,6 +60,9 @@ func TestAcquireRelease(t *testing.T) {
 	if store == holds {
 		t.Fatalf("%s and %s are one map", INTStore, OnRampHolds)
 	}
+	if room := acquire("onramp", OnRampRoom); room == holds || room == store {
+		t.Fatalf("%s is one map with another", OnRampRoom)
+	}
 	if h, _ := s.Holders(); !slices.Equal(h, []string{"onramp", "powertcp", "theta_powertcp"}) {
 		t.Errorf("holders %v", h)
 	}
