@@ -30,7 +30,7 @@ package metrics
 // matched: the CC's name, int, hop/<iface key>, onramp/<iface key>. A
 // program that matches several is given the most specific: its own pin or
 // link first, then a map of its own directory before a map that several
-// users share (shared/ holds the INT store and On-Ramp's holds, clock/ the clock map).
+// users share (shared/ holds the INT store and On-Ramp's holds and room, clock/ the clock map).
 
 import (
 	"errors"
