@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ccload/ccload/clocksync"
 	"github.com/ccload/ccload/internal/testutil"
 	"github.com/ccload/ccload/internal/testutil/testnet"
@@ -23,59 +21,28 @@ type roomCounts struct {
 	acks, ackEcho, ackPad    int // the receiver's pure ACKs
 }
 
-// captureRoom counts, with a packet socket in h (the receiver), the
-// segments of the connections to port: the data as it arrives, before
-// h's tc programs, and the pure ACKs as they leave, after them. It stops
-// when ctx ends and sends the counts.
-func captureRoom(t *testing.T, ctx context.Context, h *testbed.Host, port uint16) <-chan roomCounts {
-	t.Helper()
-	var fd int
-	if err := h.Do(func() (err error) {
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		return err
-	}); err != nil {
-		t.Fatalf("AF_PACKET socket: %v", err)
-	}
-	// Room for the whole flow's GSO packets, which arrive faster than
-	// this goroutine reads them.
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
-		unix.Close(fd)
-		t.Fatalf("SO_RCVBUFFORCE: %v", err)
-	}
-	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		unix.Close(fd)
-		t.Fatalf("SO_RCVTIMEO: %v", err)
-	}
-	out := make(chan roomCounts, 1)
-	go func() {
-		defer unix.Close(fd)
-		var c roomCounts
-		buf := make([]byte, 70000)
-		for ctx.Err() == nil {
-			n, _, err := unix.Recvfrom(fd, buf, 0)
-			if err != nil {
-				continue
-			}
-			opts, info, err := telemetry.TCPOptionsFromPacket(buf[:n], telemetry.Ethernet)
-			if err != nil || info.Flags&(telemetry.FlagSYN|telemetry.FlagFIN|telemetry.FlagRST) != 0 {
-				continue
-			}
-			opt, found, _ := onramp.FindOption(opts)
-			switch {
-			case info.DstPort == port && info.PayloadLen > 0:
-				c.data++
-				c.dataStamp += b2i(found && opt.ExID == onramp.ExIDStamp)
-				c.dataPad += b2i(found && opt.ExID == onramp.ExIDPad)
-			case info.SrcPort == port && info.PayloadLen == 0:
-				c.acks++
-				c.ackEcho += b2i(found && opt.ExID == onramp.ExIDEcho)
-				c.ackPad += b2i(found && opt.ExID == onramp.ExIDPad)
-			}
+// countRoom counts the captured segments of the connections to port: the
+// data as it arrived at the receiver, before its tc programs, and the
+// pure ACKs as they left it, after them.
+func countRoom(frames []captured, port uint16) roomCounts {
+	var c roomCounts
+	for _, f := range frames {
+		if f.info.Flags&(telemetry.FlagSYN|telemetry.FlagFIN|telemetry.FlagRST) != 0 {
+			continue
 		}
-		out <- c
-	}()
-	return out
+		opt, found, _ := onramp.FindOption(f.raw)
+		switch {
+		case f.info.DstPort == port && f.info.PayloadLen > 0:
+			c.data++
+			c.dataStamp += b2i(found && opt.ExID == onramp.ExIDStamp)
+			c.dataPad += b2i(found && opt.ExID == onramp.ExIDPad)
+		case f.info.SrcPort == port && f.info.PayloadLen == 0:
+			c.acks++
+			c.ackEcho += b2i(found && opt.ExID == onramp.ExIDEcho)
+			c.ackPad += b2i(found && opt.ExID == onramp.ExIDPad)
+		}
+	}
+	return c
 }
 
 func b2i(b bool) int {
@@ -97,14 +64,6 @@ func b2i(b bool) int {
 func TestOnRampRoomOnlyWhenDue(t *testing.T) {
 	host := testutil.Host(t)
 	p := testnet.NewPair(t)
-	ifA, err := p.A.Interface()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ifB, err := p.B.Interface()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, e := range []struct {
 		h    *testbed.Host
 		peer netip.Addr
@@ -116,24 +75,13 @@ func TestOnRampRoomOnlyWhenDue(t *testing.T) {
 		}
 	}
 	or := onramp.New(host)
-	cfg := onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}, Threshold: time.Second,
-		MaxPause: 20 * time.Millisecond, Observe: true}
-	for _, e := range []struct {
-		h     *testbed.Host
-		iface string
-	}{{p.A, ifA}, {p.B, ifB}} {
-		c := cfg
-		c.Iface = e.iface
-		if err := e.h.Do(func() error { _, err := or.Enable(c); return err }); err != nil {
-			t.Fatalf("enable On-Ramp in observe mode in %s: %v", e.h.Name, err)
-		}
-		t.Cleanup(func() { e.h.Do(func() error { _, err := or.Disable(e.iface); return err }) })
-	}
+	enableOnRampEnds(t, p, or, or, onramp.Config{Peers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
+		Threshold: time.Second, MaxPause: 20 * time.Millisecond, Observe: true})
 
 	sink := testnet.StartSink(t, p.B, p.B.Addr)
 	cctx, stopCapture := context.WithCancel(context.Background())
 	defer stopCapture()
-	counts := captureRoom(t, cctx, p.B, sink.Addr.Port())
+	frames := capture(t, cctx, p.B, 1<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const size = 8 << 20
@@ -149,7 +97,7 @@ func TestOnRampRoomOnlyWhenDue(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // the last ACKs
 	stopCapture()
-	c := <-counts
+	c := countRoom(<-frames, sink.Addr.Port())
 	var st []onramp.Status
 	if err := p.A.Do(func() (err error) { st, err = or.Status(); return err }); err != nil || len(st) != 1 {
 		t.Fatalf("the sender's On-Ramp status: %v, %d interfaces", err, len(st))

@@ -1026,8 +1026,10 @@ func testObserve(t *testing.T, rg *rig) {
 }
 
 // testSparseStamps: a flow whose newest echo was below T/2 is stamped at
-// most once per T/4; the segments in between keep their PAD (with a valid
-// checksum) and still get the flow's departure time. An echo at T/2 or
+// most once per T/4; the segments in between that have room keep their
+// PAD (with a valid checksum: sockops gives room to those it sized before
+// the egress told it the flow was quiet) and still get the flow's
+// departure time. An echo at T/2 or
 // more, or StampEveryPacket, stamps every segment. T is 40 ms, so that a
 // slow guest's few milliseconds between two runs stay inside T/4.
 func testSparseStamps(t *testing.T, rg *rig) {
