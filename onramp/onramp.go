@@ -351,7 +351,7 @@ func (objs *onrampObjects) pinned() map[string]*ebpf.Map {
 // and the room map it shares with its own sockops program. It returns
 // them by name, for MapReplacements; the caller closes them.
 func (o *OnRamp) acquireShared(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
-	maps := map[string]*ebpf.Map{}
+	out := map[string]*ebpf.Map{}
 	for _, name := range []string{sharedmaps.OnRampHolds, sharedmaps.OnRampRoom} {
 		ms, ok := spec.Maps[name]
 		if !ok {
@@ -359,12 +359,12 @@ func (o *OnRamp) acquireShared(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map,
 		}
 		m, err := o.shared.Acquire(holdsHolder, ms)
 		if err != nil {
-			pin.CloseMaps(maps)
+			pin.CloseMaps(out)
 			return nil, err
 		}
-		maps[name] = m
+		out[name] = m
 	}
-	return maps, nil
+	return out, nil
 }
 
 // program returns the tc program of side.
