@@ -134,7 +134,11 @@ func (a *Agent) fitPeers(ref int64, report *WindowReport) []meshEdge {
 //   - a fit whose margin is far above the peer's recent ones is not
 //     believed: the last believed fit is carried forward along its drift
 //     instead, for up to holdWindows windows, its error growing by
-//     holdDriftErr per ns it is carried.
+//     holdDriftErr per ns it is carried. A queue that outlasts the hold
+//     is the path's new state, not a burst: the next fit is believed, with
+//     its own, larger margin as the error, and becomes the new reference.
+//     Refusing it would leave the peer unpublished for as long as the
+//     queue lasts.
 const (
 	fitSpan      = 3
 	driftSpan    = 8
@@ -155,15 +159,23 @@ func (st *probeState) fit(ref int64) (Fit, bool) {
 		fit Fit
 		err error
 	)
-	if slope, ok := EnvelopeDrift(st.joined(driftSpan)); ok {
+	slope, ok := EnvelopeDrift(st.joined(driftSpan))
+	if ok {
 		fit, err = FitAtSlope(st.joined(fitSpan), slope, ref)
-	} else {
+	}
+	if !ok || (err == nil && fit.Margin < 0) {
+		// No line at the envelope's slope separates the directions, which
+		// the true line always does: the slope is wrong. A queue that
+		// came or went inside the drift span tilts the envelope of both
+		// directions. The fit span's own best line stands in.
 		fit, err = FitLine(st.joined(fitSpan), ref)
 	}
 	fresh := err == nil && math.Abs(fit.Drift) <= maxDrift
-	if fresh && (math.Abs(fit.Margin) <= max(holdFloor, holdFactor*st.goodMargin) || !st.haveGood) {
+	believable := math.Abs(fit.Margin) <= max(holdFloor, holdFactor*st.goodMargin)
+	holdOver := st.sinceGood > holdWindows
+	if fresh && (believable || !st.haveGood || holdOver) {
 		st.good, st.haveGood, st.sinceGood = fit, true, 0
-		if st.goodMargin == 0 {
+		if st.goodMargin == 0 || (holdOver && !believable) {
 			st.goodMargin = math.Abs(fit.Margin)
 		} else {
 			st.goodMargin += (math.Abs(fit.Margin) - st.goodMargin) / 8

@@ -146,11 +146,20 @@ func (a *app) printClockWindow(r clocksync.WindowReport, asJSON bool) {
 		_ = a.printJSONLine(r)
 		return
 	}
-	var worst float64
+	var (
+		worst            float64
+		estimated        int
+		pairs, purePairs int
+	)
 	for _, p := range r.Peers {
 		worst = max(worst, p.Err)
+		if p.Err > 0 {
+			estimated++
+		}
+		pairs, purePairs = pairs+p.Pairs, purePairs+p.PurePairs
 	}
-	fmt.Fprintf(a.out, "window %d: %d peers, largest error %.0f ns\n", r.Window, len(r.Peers), worst)
+	fmt.Fprintf(a.out, "window %d: %d peers, %d estimated, largest error %.0f ns; %d probe pairs, %d pure\n",
+		r.Window, len(r.Peers), estimated, worst, pairs, purePairs)
 }
 
 // clockStatusEntry is one peer of `clock status --json`.
