@@ -124,7 +124,8 @@ func TestClockCLI(t *testing.T) {
 		}
 		if !strings.HasPrefix(st.Map, e.bpffs) || len(st.Peers) != 1 || st.Peers[0].Peer != pair[1].Addr.String() ||
 			!st.Peers[0].Probed || st.Peers[0].PureShare <= 0 || st.Peers[0].ErrorNs == 0 {
-			t.Errorf("status in %s: %s\nagents' output:\n%s\n%s", pair[0].Name, out, results[0].stdout, results[1].stdout)
+			t.Errorf("status in %s: %s\nagents' output:\n%s%s\n%s%s", pair[0].Name, out,
+				results[0].stdout, results[0].stderr, results[1].stdout, results[1].stderr)
 			continue
 		}
 		// Both hosts share one clock: the offset is an error. Bound it
