@@ -561,24 +561,25 @@ static __always_inline struct onramp_peer *peer_sample(const struct onramp_flow_
 /*
  * The threshold T for a peer: the configured one, or with ONRAMP_F_AUTO_T
  * the least one-way delay of late plus twice the clock's error (§7.1), the
- * error being this host's estimate of its offset to the peer.
+ * error being this host's estimate of its offset to the peer, which it
+ * stores in *err (0 when the clock map has none).
  */
 static __always_inline __u64 threshold(const struct onramp_config *cfg, const struct onramp_peer *pr,
-				       const struct onramp_flow_key *k, struct onramp_flow *fl, __u64 tai)
+				       const struct onramp_flow_key *k, struct onramp_flow *fl, __u64 tai,
+				       __u32 *err)
 {
 	struct clock_peer peer;
 	__s64 least, offset;
-	__u32 err = 0;
 
+	peer_of(k, &peer);
+	if (clock_offset_cached(&clock_offsets, &peer, &fl->clk, tai, &offset, err) != CLOCK_OK)
+		*err = 0;
 	if (!(cfg->flags & ONRAMP_F_AUTO_T) || !pr)
 		return cfg->threshold_ns;
 	least = pr->min_owd < pr->min_owd_prev ? pr->min_owd : pr->min_owd_prev;
 	if (least < 0 || least >= 0x7fffffff)
 		return cfg->threshold_ns;
-	peer_of(k, &peer);
-	if (clock_offset_cached(&clock_offsets, &peer, &fl->clk, tai, &offset, &err) != CLOCK_OK)
-		err = 0;
-	return (__u64)least + 2 * (__u64)err;
+	return (__u64)least + 2 * (__u64)*err;
 }
 
 /*
@@ -641,7 +642,7 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	__u32 zero = 0, *on;
 	struct onramp_peer *pr;
 	__s32 owd = (__s32)bpf_ntohl(opt->a);
-	__u32 tx = bpf_ntohl(opt->b), pause = bpf_ntohl(opt->c), rtt, age, p_last, flags = 0, gap;
+	__u32 tx = bpf_ntohl(opt->b), pause = bpf_ntohl(opt->c), rtt, age, p_last, flags = 0, gap, clk_err = 0;
 	__u64 now, tai, t = 0, want = 0, until, added = 0, excess;
 
 	if (!cfg)
@@ -658,6 +659,17 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 	if (owd == ONRAMP_NO_CLOCK) {
 		stat_add(&onramp_stats, ONRAMP_STAT_NO_CLOCK, 1);
 		flags |= ONRAMP_TRACE_NO_CLOCK;
+		goto trace;
+	}
+	/*
+	 * A clock whose error for the peer exceeds T/2 can put the one-way
+	 * delay on either side of T: it is no clock to act on. With
+	 * ONRAMP_F_AUTO_T, T already holds twice the error (threshold()).
+	 */
+	t = threshold(cfg, pr, k, fl, tai, &clk_err);
+	if (2 * (__u64)clk_err > t) {
+		stat_add(&onramp_stats, ONRAMP_STAT_NO_CLOCK, 1);
+		flags |= ONRAMP_TRACE_COARSE_CLOCK;
 		goto trace;
 	}
 
@@ -683,7 +695,6 @@ static __always_inline void control(struct __sk_buff *skb, const struct onramp_f
 		flags |= ONRAMP_TRACE_BETA;
 	}
 	p_last = elapsed_pause(fl, now) - pause;
-	t = threshold(cfg, pr, k, fl, tai);
 	excess = owd > (__s64)t ? (__u64)owd - t : 0;
 	/*
 	 * The peer's newest excess, for new flows (start_from_peer): at once

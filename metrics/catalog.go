@@ -167,7 +167,7 @@ func newFamilies() *families {
 	fs.onrampClamped = add("onramp_pauses_clamped_total", "Pauses cut to the longest pause allowed.", counter, labelIface, labelIfindex)
 	fs.onrampDelayed = add("onramp_delayed_packets_total", "Packets given a later departure time.", counter, labelIface, labelIfindex)
 	fs.onrampStampsNoClock = add("onramp_stamps_no_clock_total", "Stamps received from a sender the clock map has no offset for.", counter, labelIface, labelIfindex)
-	fs.onrampEchoesNoClock = add("onramp_echoes_no_clock_total", "Echoes received that said the receiver had no clock offset for this host.", counter, labelIface, labelIfindex)
+	fs.onrampEchoesNoClock = add("onramp_echoes_no_clock_total", "Echoes not acted on for want of a clock: the receiver had no clock offset for this host, or this host's clock error for the receiver is over half the threshold.", counter, labelIface, labelIfindex)
 	fs.onrampNoSpace = add("onramp_no_space_total", "Segments that went out without an On-Ramp option for lack of room, by option (stamp and echo are counted by the host's sockops program, so every interface shows the same).", counter, labelIface, labelIfindex, labelOption)
 	fs.onrampObserve = add("onramp_observe", "Whether On-Ramp only observes on the interface (1: it measures one-way delays and pauses nothing) or pauses (0).", gauge, labelIface, labelIfindex)
 	fs.onrampPeersAboveThreshold = add("onramp_peers_above_threshold", "Peers whose median one-way delay, over the echoes sampled since On-Ramp first saw them (at least 100), is above On-Ramp's fixed threshold: most of their echoes ask for a pause (ccload onramp status names them). 0 with an automatic threshold.", gauge, labelIface, labelIfindex)

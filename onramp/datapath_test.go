@@ -329,7 +329,7 @@ func TestDataPath(t *testing.T) {
 		{"SplitHeaders", testSplitHeaders}, {"OptionLayouts", testOptionLayouts},
 		{"ClockCopy", testClockCopy}, {"PeerSampling", testPeerSampling},
 		{"Observe", testObserve}, {"SparseStamps", testSparseStamps},
-		{"HistogramWeighsTime", testHistogramWeighsTime},
+		{"HistogramWeighsTime", testHistogramWeighsTime}, {"CoarseClock", testCoarseClock},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, rg) })
 	}
@@ -1020,6 +1020,67 @@ func testObserve(t *testing.T, rg *rig) {
 			}
 			if n := r.stat("start_paused"); n != 0 {
 				t.Errorf("start_paused = %d in observe mode, want 0", n)
+			}
+		})
+	}
+}
+
+// testCoarseClock: with a fixed T, an echo is not acted on when this
+// host's clock error for the peer exceeds T/2 (the delay it carries could
+// lie on either side of T); it counts as no_clock and traces as
+// coarse_clock. An error of T/2 or less leaves the echo to the rule.
+func testCoarseClock(t *testing.T, rg *rig) {
+	const T = 100 * time.Microsecond
+	c := conns[0]
+	tests := []struct {
+		name    string
+		errNs   uint32
+		want    time.Duration // 0: no pause
+		flags   []string
+		noClock uint64
+	}{
+		{"error over T/2", 60_000, 0, []string{"coarse_clock"}, 1},
+		{"error at T/2", 50_000, 600 * time.Microsecond, []string{"paused"}, 0},
+		{"no clock entry: the receiver's delay stands", 0, 600 * time.Microsecond, []string{"paused"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rg.use(t, Config{Threshold: T})
+			if tt.errNs > 0 {
+				r.putClock(c.receiver, 0, tt.errNs)
+			}
+			rd, err := ringbuf.NewReader(r.objs.OnrampTrace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			if err := r.objs.OnrampTraceOn.Put(uint32(0), uint32(1)); err != nil {
+				t.Fatal(err)
+			}
+			defer r.objs.OnrampTraceOn.Put(uint32(0), uint32(0))
+
+			// 700 µs against T = 100 µs: the rule asks for 600 µs.
+			lo, hi, paused, _ := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne}, 700*time.Microsecond, 0)
+			if tt.want == 0 && paused {
+				t.Errorf("paused %v to %v, want no pause", lo, hi)
+			}
+			if tt.want > 0 && (!paused || tt.want < lo || tt.want > hi) {
+				t.Errorf("paused between %v and %v (paused %v), want %v", lo, hi, paused, tt.want)
+			}
+			if n := r.stat("no_clock"); n != tt.noClock {
+				t.Errorf("no_clock = %d, want %d", n, tt.noClock)
+			}
+			rd.SetDeadline(time.Now().Add(5 * time.Second))
+			rec, err := rd.Read()
+			if err != nil {
+				t.Fatalf("no trace record of the echo: %v", err)
+			}
+			ev, err := decodeTrace(rec.RawSample, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ev.Flags, tt.flags) || ev.Threshold != T {
+				t.Errorf("trace of the echo: flags %v, T %v; want %v, %v", ev.Flags, ev.Threshold, tt.flags, T)
 			}
 		})
 	}

@@ -33,14 +33,15 @@ type TraceEvent struct {
 	PausedFor time.Duration `json:"paused_for_ns"`
 	// RTT is the echoed packet's round trip, on this host's clock.
 	RTT time.Duration `json:"rtt_ns"`
-	// Flags: paused, clamped, beta (β measured), stale, no_clock,
-	// observed (observe mode: the echo asked for Pause, which was not
-	// asserted).
+	// Flags: paused, clamped, beta (β measured), stale, no_clock (the
+	// receiver had no offset for this host), observed (observe mode: the
+	// echo asked for Pause, which was not asserted), coarse_clock
+	// (ignored: this host's clock error for the peer is over T/2).
 	Flags []string `json:"flags,omitempty"`
 }
 
 // traceFlags names ONRAMP_TRACE_* of bpf/include/onramp.h, by bit.
-var traceFlags = []string{"paused", "clamped", "beta", "stale", "no_clock", "observed"}
+var traceFlags = []string{"paused", "clamped", "beta", "stale", "no_clock", "observed", "coarse_clock"}
 
 // flowString is "local -> remote" of a flow key.
 func flowString(k onrampOnrampFlowKey) string {

@@ -274,7 +274,8 @@ enum onramp_stat {
 	ONRAMP_STAT_RX_STAMPS,		/* stamps received */
 	ONRAMP_STAT_RX_NO_CLOCK,	/* ... from a sender the clock map has no offset for */
 	ONRAMP_STAT_ECHOES,		/* echoes received */
-	ONRAMP_STAT_NO_CLOCK,		/* ... that said the receiver had no offset for us */
+	ONRAMP_STAT_NO_CLOCK,		/* ... not acted on for want of a clock: the receiver had no
+					 * offset for us, or ours for the peer errs by more than T/2 */
 	ONRAMP_STAT_STALE,		/* ... ignored: older than one RTT, or repeated */
 	ONRAMP_STAT_UNKNOWN_FLOW,	/* ... for a connection this interface never stamped */
 	ONRAMP_STAT_PAUSES,		/* pauses asserted */
@@ -295,6 +296,7 @@ enum onramp_stat {
 #define ONRAMP_TRACE_STALE 0x8		/* ignored: older than one RTT */
 #define ONRAMP_TRACE_NO_CLOCK 0x10	/* ignored: the receiver had no offset */
 #define ONRAMP_TRACE_OBSERVED 0x20	/* observe mode: would have paused for pause_ns, did not */
+#define ONRAMP_TRACE_COARSE_CLOCK 0x40	/* ignored: this host's clock error for the peer is over T/2 */
 
 /* A record per echo the sender handles, while tracing is on. */
 struct onramp_trace_event {

@@ -33,7 +33,9 @@ One tracer at a time sees the records.
 one record per echo, with the one-way delay O, the pause P asserted since
 the echoed packet left, β, the threshold T, the pause this echo added, how
 long the flow is held from now (t_next), the packet's RTT, and flags
-(paused, clamped, beta: β measured, stale, no_clock).`,
+(paused, clamped, beta: β measured, stale, no_clock, observed, and
+coarse_clock: ignored, because the clock agent's error for the peer is more
+than half of T).`,
 		Example: `  ccload trace powertcp --duration 5s
   ccload trace hpcc --csv > hpcc.csv
   ccload trace onramp --iface eth0 --count 100`,
