@@ -151,6 +151,34 @@ func (r *rig) setPeer(peer netip.Addr, p onrampOnrampPeer) {
 	}
 }
 
+// trace turns the sender's trace on for test t and returns a function
+// that reads its next record; the trace is off again when t ends.
+func (r *rig) trace(t testing.TB) func() TraceEvent {
+	t.Helper()
+	rd, err := ringbuf.NewReader(r.objs.OnrampTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	if err := r.objs.OnrampTraceOn.Put(uint32(0), uint32(1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.objs.OnrampTraceOn.Put(uint32(0), uint32(0)) })
+	return func() TraceEvent {
+		t.Helper()
+		rd.SetDeadline(time.Now().Add(5 * time.Second))
+		rec, err := rd.Read()
+		if err != nil {
+			t.Fatalf("no trace record of the echo: %v", err)
+		}
+		ev, err := decodeTrace(rec.RawSample, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+}
+
 // putClock publishes peer's offset (peer's clock minus ours) in the rig's
 // clock map, valid for a minute.
 func (r *rig) putClock(peer netip.Addr, offset int64, errNs uint32) {
@@ -955,15 +983,7 @@ func testObserve(t *testing.T, rg *rig) {
 	for _, c := range conns {
 		t.Run(c.name, func(t *testing.T) {
 			r := rg.use(t, Config{Threshold: 100 * time.Microsecond, MaxPause: 50 * time.Millisecond, Observe: true})
-			rd, err := ringbuf.NewReader(r.objs.OnrampTrace)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rd.Close()
-			if err := r.objs.OnrampTraceOn.Put(uint32(0), uint32(1)); err != nil {
-				t.Fatal(err)
-			}
-			defer r.objs.OnrampTraceOn.Put(uint32(0), uint32(0))
+			nextTrace := r.trace(t)
 
 			// 700 µs against T = 100 µs, nothing paused before: the
 			// rule asks for 600 µs.
@@ -980,15 +1000,7 @@ func testObserve(t *testing.T, rg *rig) {
 			// The trace says what each echo would have paused.
 			traced := func(want time.Duration, flags ...string) {
 				t.Helper()
-				rd.SetDeadline(time.Now().Add(5 * time.Second))
-				rec, err := rd.Read()
-				if err != nil {
-					t.Fatalf("no trace record of the echo: %v", err)
-				}
-				ev, err := decodeTrace(rec.RawSample, time.Time{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				ev := nextTrace()
 				if !slices.Equal(ev.Flags, flags) || ev.Pause != want || ev.PausedFor != 0 {
 					t.Errorf("trace of the echo: flags %v, pause %v, paused for %v; want %v, %v, 0", ev.Flags, ev.Pause, ev.PausedFor, flags, want)
 				}
@@ -1052,15 +1064,7 @@ func testCoarseClock(t *testing.T, rg *rig) {
 			if tt.errNs > 0 {
 				r.putClock(c.receiver, 0, tt.errNs)
 			}
-			rd, err := ringbuf.NewReader(r.objs.OnrampTrace)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rd.Close()
-			if err := r.objs.OnrampTraceOn.Put(uint32(0), uint32(1)); err != nil {
-				t.Fatal(err)
-			}
-			defer r.objs.OnrampTraceOn.Put(uint32(0), uint32(0))
+			nextTrace := r.trace(t)
 
 			// 700 µs against T = 100 µs: the rule asks for 600 µs.
 			lo, hi, paused, _ := pauseOf(t, r, c, onrampOnrampFlow{Beta: fpOne}, 700*time.Microsecond, 0)
@@ -1073,16 +1077,7 @@ func testCoarseClock(t *testing.T, rg *rig) {
 			if n := r.stat("no_clock"); n != tt.noClock {
 				t.Errorf("no_clock = %d, want %d", n, tt.noClock)
 			}
-			rd.SetDeadline(time.Now().Add(5 * time.Second))
-			rec, err := rd.Read()
-			if err != nil {
-				t.Fatalf("no trace record of the echo: %v", err)
-			}
-			ev, err := decodeTrace(rec.RawSample, time.Time{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(ev.Flags, tt.flags) || ev.Threshold != T {
+			if ev := nextTrace(); !slices.Equal(ev.Flags, tt.flags) || ev.Threshold != T {
 				t.Errorf("trace of the echo: flags %v, T %v; want %v, %v", ev.Flags, ev.Threshold, tt.flags, T)
 			}
 		})
