@@ -67,22 +67,56 @@ func TestClockCLI(t *testing.T) {
 		code           int
 		stdout, stderr string
 	}
+	pairs := [][2]*testbed.Host{{a, b}, {b, a}}
 	var (
-		wg      sync.WaitGroup
-		results [2]result
+		wg, agents sync.WaitGroup
+		results    [2]result
+		// What each namespace's status said while the agents ran: the
+		// newest --json that named the peer with an estimate (empty if
+		// none did), the table read right after it, and the last --json.
+		estimated, tables, last [2]string
 	)
-	for i, pair := range [][2]*testbed.Host{{a, b}, {b, a}} {
+	for i, pair := range pairs {
 		wg.Add(1)
+		agents.Add(1)
 		go func() {
 			defer wg.Done()
+			defer agents.Done()
 			r := &results[i]
-			// 20 windows of 300 ms. The agent that stops last has a
-			// window without its peer; its entry must outlive that
-			// window (clocksync's TestPublishKeepsEntryUntilItExpires).
+			// 20 windows of 300 ms.
 			r.code, r.stdout, r.stderr = e.cliIn(t, pair[0], "clock", "run", "--peers", pair[1].Addr.String(),
 				"--window", "300ms", "--duration", "6s")
 		}()
 	}
+	agentsDone := make(chan struct{})
+	go func() {
+		agents.Wait()
+		close(agentsDone)
+	}()
+	// While they run: each namespace's status names its peer with an
+	// estimate. Read then, every 200 ms, and judge the newest such
+	// reading, not one taken after the agents stop: an agent whose last
+	// windows estimate nothing (a loaded machine) lets its entry expire,
+	// which clocksync's TestPublishKeepsEntryUntilItExpires covers.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 50 { // the agents' 6 s, and 4 s more
+			select {
+			case <-agentsDone:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for i, pair := range pairs {
+				_, out, _ := e.cliIn(t, pair[0], "clock", "status", "--json")
+				last[i] = out
+				if peerEstimated(out, pair[1].Addr) {
+					estimated[i] = out
+					_, tables[i], _ = e.cliIn(t, pair[0], "clock", "status")
+				}
+			}
+		}
+	}()
 	// While they run: a second agent in a's namespace is refused.
 	wg.Add(1)
 	go func() {
@@ -103,43 +137,31 @@ func TestClockCLI(t *testing.T) {
 		}
 	}
 
-	for _, pair := range [][2]*testbed.Host{{a, b}, {b, a}} {
-		code, out, stderr := e.cliIn(t, pair[0], "clock", "status", "--json")
-		if code != 0 {
-			t.Fatalf("status in %s: exit %d: %s", pair[0].Name, code, stderr)
-		}
-		var st struct {
-			Map   string `json:"map"`
-			Peers []struct {
-				Peer      string  `json:"peer"`
-				OffsetNs  int64   `json:"offset_ns"`
-				ErrorNs   uint32  `json:"error_ns"`
-				PureShare float64 `json:"pure_share"`
-				Probed    bool    `json:"probed"`
-				AgeNs     int64   `json:"age_ns"`
-			} `json:"peers"`
-		}
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			t.Fatalf("status --json: %v\n%s", err, out)
-		}
-		if !strings.HasPrefix(st.Map, e.bpffs) || len(st.Peers) != 1 || st.Peers[0].Peer != pair[1].Addr.String() ||
-			!st.Peers[0].Probed || st.Peers[0].PureShare <= 0 || st.Peers[0].ErrorNs == 0 {
-			t.Errorf("status in %s: %s\nagents' output:\n%s%s\n%s%s", pair[0].Name, out,
-				results[0].stdout, results[0].stderr, results[1].stdout, results[1].stderr)
+	for i, pair := range pairs {
+		if estimated[i] == "" {
+			t.Errorf("status in %s never named %s with an estimate while the agents ran; its last:\n%s\nagents' output:\n%s%s\n%s%s",
+				pair[0].Name, pair[1].Addr, last[i], results[0].stdout, results[0].stderr, results[1].stdout, results[1].stderr)
 			continue
+		}
+		var st clockStatusJSON
+		if err := json.Unmarshal([]byte(estimated[i]), &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, estimated[i])
+		}
+		if !strings.HasPrefix(st.Map, e.bpffs) {
+			t.Errorf("status in %s: map %s outside the test's bpffs %s", pair[0].Name, st.Map, e.bpffs)
 		}
 		// Both hosts share one clock: the offset is an error. Bound it
 		// wide, and by the agent's own error bound where a loaded machine
 		// makes that larger (as clocksync's agent test does); the clock
 		// bench measures precision.
-		off, bound := st.Peers[0].OffsetNs, max(int64(100_000), 3*int64(st.Peers[0].ErrorNs)+20_000)
-		t.Logf("status in %s: offset %d ns, error bound %d ns", pair[0].Name, off, st.Peers[0].ErrorNs)
+		p := st.Peers[0]
+		off, bound := p.OffsetNs, max(int64(100_000), 3*int64(p.ErrorNs)+20_000)
+		t.Logf("status in %s: offset %d ns, error bound %d ns", pair[0].Name, off, p.ErrorNs)
 		if off > bound || off < -bound {
-			t.Errorf("status in %s: offset %d ns on a shared clock (error bound %d ns)", pair[0].Name, off, st.Peers[0].ErrorNs)
+			t.Errorf("status in %s: offset %d ns on a shared clock (error bound %d ns)", pair[0].Name, off, p.ErrorNs)
 		}
-		code, out, _ = e.cliIn(t, pair[0], "clock", "status")
-		if code != 0 || !strings.Contains(out, "PEER") || !strings.Contains(out, pair[1].Addr.String()) || !strings.Contains(out, "probes") {
-			t.Errorf("status table in %s: exit %d\n%s", pair[0].Name, code, out)
+		if !strings.Contains(tables[i], "PEER") || !strings.Contains(tables[i], pair[1].Addr.String()) || !strings.Contains(tables[i], "probes") {
+			t.Errorf("status table in %s:\n%s", pair[0].Name, tables[i])
 		}
 	}
 
@@ -163,6 +185,30 @@ func TestClockCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "uses the port") || !strings.Contains(stderr, "--port") {
 		t.Errorf("port in use: exit %d, stderr:\n%s", code, stderr)
 	}
+}
+
+// clockStatusJSON is what the tests read of `clock status --json`.
+type clockStatusJSON struct {
+	Map   string `json:"map"`
+	Peers []struct {
+		Peer      string  `json:"peer"`
+		OffsetNs  int64   `json:"offset_ns"`
+		ErrorNs   uint32  `json:"error_ns"`
+		PureShare float64 `json:"pure_share"`
+		Probed    bool    `json:"probed"`
+		AgeNs     int64   `json:"age_ns"`
+	} `json:"peers"`
+}
+
+// peerEstimated reports whether out, a `clock status --json`, names peer
+// alone, probed, with pure probe pairs and an error bound.
+func peerEstimated(out string, peer netip.Addr) bool {
+	var st clockStatusJSON
+	if json.Unmarshal([]byte(out), &st) != nil || len(st.Peers) != 1 {
+		return false
+	}
+	p := st.Peers[0]
+	return p.Peer == peer.String() && p.Probed && p.PureShare > 0 && p.ErrorNs > 0
 }
 
 // waitFor polls cond a bounded number of times.
