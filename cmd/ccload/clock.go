@@ -162,6 +162,12 @@ func (a *app) printClockWindow(r clocksync.WindowReport, asJSON bool) {
 		r.Window, len(r.Peers), estimated, worst, pairs, purePairs)
 }
 
+// clockStatus is what `clock status --json` prints.
+type clockStatus struct {
+	Map   string             `json:"map"`
+	Peers []clockStatusEntry `json:"peers"`
+}
+
 // clockStatusEntry is one peer of `clock status --json`.
 type clockStatusEntry struct {
 	clocksync.Entry
@@ -202,10 +208,7 @@ keeps the host's bpffs (ip netns exec hides it).`,
 				out[i] = clockStatusEntry{Entry: e, AgeNs: now - int64(e.UpdatedNs), Expired: uint64(now) > e.ValidUntilNs}
 			}
 			if asJSON {
-				return a.printJSON(struct {
-					Map   string             `json:"map"`
-					Peers []clockStatusEntry `json:"peers"`
-				}{o.Path(), out})
+				return a.printJSON(clockStatus{Map: o.Path(), Peers: out})
 			}
 			fmt.Fprintf(a.out, "clock offsets in %s\n", o.Path())
 			if len(out) == 0 {

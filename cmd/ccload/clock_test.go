@@ -143,7 +143,7 @@ func TestClockCLI(t *testing.T) {
 				pair[0].Name, pair[1].Addr, last[i], results[0].stdout, results[0].stderr, results[1].stdout, results[1].stderr)
 			continue
 		}
-		var st clockStatusJSON
+		var st clockStatus
 		if err := json.Unmarshal([]byte(estimated[i]), &st); err != nil {
 			t.Fatalf("status --json: %v\n%s", err, estimated[i])
 		}
@@ -187,28 +187,15 @@ func TestClockCLI(t *testing.T) {
 	}
 }
 
-// clockStatusJSON is what the tests read of `clock status --json`.
-type clockStatusJSON struct {
-	Map   string `json:"map"`
-	Peers []struct {
-		Peer      string  `json:"peer"`
-		OffsetNs  int64   `json:"offset_ns"`
-		ErrorNs   uint32  `json:"error_ns"`
-		PureShare float64 `json:"pure_share"`
-		Probed    bool    `json:"probed"`
-		AgeNs     int64   `json:"age_ns"`
-	} `json:"peers"`
-}
-
 // peerEstimated reports whether out, a `clock status --json`, names peer
 // alone, probed, with pure probe pairs and an error bound.
 func peerEstimated(out string, peer netip.Addr) bool {
-	var st clockStatusJSON
+	var st clockStatus
 	if json.Unmarshal([]byte(out), &st) != nil || len(st.Peers) != 1 {
 		return false
 	}
 	p := st.Peers[0]
-	return p.Peer == peer.String() && p.Probed && p.PureShare > 0 && p.ErrorNs > 0
+	return p.Peer == peer && p.Probed && p.PureShare > 0 && p.ErrorNs > 0
 }
 
 // waitFor polls cond a bounded number of times.
@@ -279,21 +266,12 @@ func TestClockStatusShowsInjectedOffsets(t *testing.T) {
 		}()
 	}
 
-	type entry struct {
-		Peer    string  `json:"peer"`
-		Offset  int64   `json:"offset_ns"`
-		Ref     uint64  `json:"ref_ns"`
-		Drift   float64 `json:"drift"`
-		ErrorNs uint32  `json:"error_ns"`
-	}
-	status := func(h *testbed.Host) []entry {
+	status := func(h *testbed.Host) []clockStatusEntry {
 		code, out, stderr := e.cliIn(t, h, "clock", "status", "--json")
 		if code != 0 {
 			return nil
 		}
-		var st struct {
-			Peers []entry `json:"peers"`
-		}
+		var st clockStatus
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("status --json in %s: %v\n%s%s", h.Name, err, out, stderr)
 		}
@@ -307,17 +285,17 @@ func TestClockStatusShowsInjectedOffsets(t *testing.T) {
 
 	for i, h := range hosts {
 		peers := status(h)
-		if len(peers) != 1 || peers[0].Peer != hosts[1-i].Addr.String() {
+		if len(peers) != 1 || peers[0].Peer != hosts[1-i].Addr {
 			t.Errorf("status in %s: %+v, want one entry for %s", h.Name, peers, hosts[1-i].Addr)
 			continue
 		}
 		p := peers[0]
-		want := clocksync.OffsetAt(clocks[i], clocks[1-i], int64(p.Ref))
+		want := clocksync.OffsetAt(clocks[i], clocks[1-i], int64(p.RefNs))
 		wantDrift := clocksync.DriftOf(clocks[i], clocks[1-i])
 		t.Logf("%s: offset %d ns, injected %.0f (error bound %d ns); drift %.3f ppm, injected %.3f",
-			h.Name, p.Offset, want, p.ErrorNs, p.Drift*1e6, wantDrift*1e6)
-		if d := math.Abs(float64(p.Offset) - want); d > 3*float64(p.ErrorNs)+20_000 {
-			t.Errorf("status in %s: offset %d ns, injected %.0f, error bound %d ns", h.Name, p.Offset, want, p.ErrorNs)
+			h.Name, p.OffsetNs, want, p.ErrorNs, p.Drift*1e6, wantDrift*1e6)
+		if d := math.Abs(float64(p.OffsetNs) - want); d > 3*float64(p.ErrorNs)+20_000 {
+			t.Errorf("status in %s: offset %d ns, injected %.0f, error bound %d ns", h.Name, p.OffsetNs, want, p.ErrorNs)
 		}
 		if d := math.Abs(p.Drift - wantDrift); d > 5e-6 {
 			t.Errorf("status in %s: drift %.3f ppm, injected %.3f", h.Name, p.Drift*1e6, wantDrift*1e6)
