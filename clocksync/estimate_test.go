@@ -88,12 +88,16 @@ func simStamp(t float64) int64 {
 }
 
 // observe draws one window of probes in both directions.
-func (s probeSim) observe(rng *rand.Rand) Observations {
+func (s probeSim) observe(rng *rand.Rand) Observations { return s.observeWindow(rng, 0) }
+
+// observeWindow draws the probes of window w, the one that starts w
+// windows after simStart.
+func (s probeSim) observeWindow(rng *rand.Rand, w int) Observations {
 	var obs Observations
 	slot := float64(simWindow) / simPairs
 	for k := range simPairs {
 		for _, forward := range []bool{true, false} {
-			base := float64(k)*slot + rng.Float64()*(slot-simPairGap)
+			base := float64(w)*simWindow + float64(k)*slot + rng.Float64()*(slot-simPairGap)
 			for i := range 2 {
 				send := base + float64(i)*simPairGap
 				if forward {
