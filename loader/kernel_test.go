@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ccload/ccload/internal/kernel"
 	"github.com/ccload/ccload/internal/testutil"
+	"github.com/ccload/ccload/qdisc"
 	"github.com/ccload/ccload/telemetry/sockops"
 )
 
@@ -309,13 +311,36 @@ func TestNotAttachedErrors(t *testing.T) {
 	}
 }
 
+// TestStatusChecks checks `ccload status`'s list: every required check
+// passes where the tests run, a failed check carries a fix, an optional one
+// names what needs it, and the optional checks say what their probes say
+// of this kernel (qdisc.TestProbeFQ checks the sch_fq probe against fq on
+// a veth). Without BTF the BTF check fails, with a fix.
 func TestStatusChecks(t *testing.T) {
 	testutil.RequireKernelCC(t)
 	checks := New(testutil.Host(t)).Status()
+	byName := map[string]Check{}
 	for _, c := range checks {
-		if !c.OK {
-			t.Errorf("check %s failed on this machine: %s (fix: %s)", c.Name, c.Detail, c.Fix)
+		byName[c.Name] = c
+		if c.Required && !c.OK {
+			t.Errorf("required check %s failed on this machine: %s (fix: %s)", c.Name, c.Detail, c.Fix)
 		}
+		if !c.OK && c.Fix == "" {
+			t.Errorf("check %s failed without a fix: %s", c.Name, c.Detail)
+		}
+		if !c.Required && c.NeededBy == "" {
+			t.Errorf("optional check %s names nothing that needs it", c.Name)
+		}
+	}
+	fqErr := qdisc.ProbeFQ()
+	if c, ok := byName["sch_fq"]; !ok || c.Required || c.OK != (fqErr == nil) {
+		t.Errorf("sch_fq check %+v (found %v), where the probe says %v", c, ok, fqErr)
+	} else if !c.OK && !strings.Contains(c.Detail+c.Fix, "CONFIG_NET_SCH_FQ") {
+		t.Errorf("sch_fq check %+v does not name CONFIG_NET_SCH_FQ", c)
+	}
+	_, cgErr := kernel.Cgroup2Root()
+	if c, ok := byName["cgroup v2"]; !ok || c.Required || c.OK != (cgErr == nil) {
+		t.Errorf("cgroup v2 check %+v (found %v), where /proc/self/mountinfo says %v", c, ok, cgErr)
 	}
 	h := testutil.Host(t)
 	h.BTFPath = "/nonexistent"

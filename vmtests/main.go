@@ -78,7 +78,7 @@ func guestPackages() []testPackage {
 		{name: "qdisc", path: "qdisc", tests: "^(" + strings.Join([]string{
 			"TestFQEDTDelay", "TestFQFlowMaxRate", "TestFQCloseRemovesEverything", "TestFQRefusesForeignRoot",
 			"TestAttachCloseRemovesEverything", "TestAttachClsactSharing", "TestAttachErrors",
-			"TestEDTDelayConfig", "TestEnsureFQRoot", "TestFQRootMissingInterface", "TestFQRootJSON",
+			"TestEDTDelayConfig", "TestEnsureFQRoot", "TestFQRootMissingInterface", "TestFQRootJSON", "TestProbeFQ",
 		}, "|") + ")$"},
 	}
 }

@@ -93,17 +93,30 @@ func newStatusCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Check the kernel features ccload needs",
-		Long: `Check, one by one, what ccload needs from this machine: kernel BTF,
-struct_ops support for tcp_congestion_ops, how CCs get registered (links on
-6.4+, map updates before), which cong_control prototype the kernel has,
-capabilities, and bpffs. Exits 1 when a required check fails.`,
+		Long: `Check, one by one, what ccload needs from this machine.
+
+Required, for any CC: kernel BTF, struct_ops support for tcp_congestion_ops,
+how CCs get registered (links on 6.4+, map updates before), which
+cong_control prototype the kernel has, capabilities, and bpffs.
+
+Needed by some commands only, each line says which: cgroup v2 (the sockops
+programs of 'int enable' and 'onramp enable') and sch_fq (On-Ramp's pauses).
+The sch_fq check installs fq on the loopback device of a network namespace
+made for the probe and removed after it, which may load the sch_fq module;
+nothing else on the machine is changed.
+
+Exits 1 when a required check fails; a missing optional feature is reported
+with its fix, and does not fail the command.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, args []string) error {
 			checks := a.loader().Status()
-			failed := 0
+			failed, required := 0, 0
 			for _, ch := range checks {
-				if !ch.OK {
-					failed++
+				if ch.Required {
+					required++
+					if !ch.OK {
+						failed++
+					}
 				}
 			}
 			if asJSON {
@@ -117,6 +130,9 @@ capabilities, and bpffs. Exits 1 when a required check fails.`,
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 				for _, ch := range checks {
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, yesNo(ch.OK), ch.Detail)
+					if !ch.Required {
+						fmt.Fprintf(tw, "\t\tneeded by: %s\n", ch.NeededBy)
+					}
 					if ch.Fix != "" {
 						fmt.Fprintf(tw, "\t\tfix: %s\n", ch.Fix)
 					}
@@ -124,7 +140,7 @@ capabilities, and bpffs. Exits 1 when a required check fails.`,
 				tw.Flush()
 			}
 			if failed > 0 {
-				return fmt.Errorf("%d of %d checks failed", failed, len(checks))
+				return fmt.Errorf("%d of %d required checks failed", failed, required)
 			}
 			return nil
 		},

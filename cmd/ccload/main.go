@@ -65,11 +65,14 @@ func runContext(c *cobra.Command, d time.Duration) (context.Context, context.Can
 
 // printJSONLine writes v as one line of JSON, for streams.
 func (a *app) printJSONLine(v any) error {
-	return json.NewEncoder(a.out).Encode(v)
+	enc := json.NewEncoder(a.out)
+	enc.SetEscapeHTML(false) // ">= 6.4" stays readable; the output is not HTML
+	return enc.Encode(v)
 }
 
 func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.out)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
