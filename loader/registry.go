@@ -77,7 +77,7 @@ func Builtin() []*CC {
 		{
 			Name:    "theta_powertcp",
 			Summary: "θ-PowerTCP: power-based window from RTT and RTT gradient (PowerTCP, NSDI'22, App. D)",
-			Params:  powerParams(),
+			Params:  powerParams("host_bw·τ/expected_flows, at least one MSS"),
 			load:    loadThetaPowertcp,
 			object:  _ThetaPowertcpBytes,
 			opsMap:  thetaPowertcpMapThetaPowertcp,
@@ -86,7 +86,7 @@ func Builtin() []*CC {
 		{
 			Name:    "powertcp",
 			Summary: "PowerTCP: power-based window from per-hop INT (PowerTCP, NSDI'22, Alg. 1); θ mode without INT",
-			Params:  powerParams(),
+			Params:  powerParams("host_bw·τ/expected_flows, at least one MSS, with τ the base RTT INT measures, not floored at a GSO burst"),
 			UsesINT: true,
 			load:    loadPowertcp,
 			object:  _PowertcpBytes,
@@ -133,8 +133,9 @@ func Builtin() []*CC {
 }
 
 // powerParams are the parameters of both PowerTCP variants (struct
-// power_params in bpf/include/power.h).
-func powerParams() []ParamSpec {
+// power_params in bpf/include/power.h); betaZero says what β is when
+// beta is 0, which differs between them.
+func powerParams(betaZero string) []ParamSpec {
 	return []ParamSpec{
 		{Name: "gamma", Field: "gamma", Unit: UnitFraction, Scale: fpOne, Default: "0.9",
 			Min: fpOne / 100, Max: fpOne, Doc: "EWMA weight γ of the window update"},
@@ -142,7 +143,7 @@ func powerParams() []ParamSpec {
 		hostBWParam("host NIC bandwidth; auto reads the default-route interface's speed"),
 		expectedFlowsParam("N in β = host_bw·τ/N: flows expected to share the NIC"),
 		{Name: "beta", Field: "beta_bytes", Unit: UnitBytes, Default: "0",
-			Min: 1, Max: 1 << 30, Zero: "host_bw·τ/expected_flows, at least one MSS (powertcp: τ without the GSO floor)",
+			Min: 1, Max: 1 << 30, Zero: betaZero,
 			Doc: "additive increase β per RTT"},
 		{Name: "onramp_holds", Field: "onramp_holds", Unit: UnitCount, Default: "0",
 			Min: 1, Max: 1, Zero: "RTT samples as TCP takes them, On-Ramp's pauses included",
