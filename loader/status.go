@@ -17,8 +17,11 @@ type Check struct {
 	// commands need, named in NeededBy.
 	Required bool   `json:"required"`
 	NeededBy string `json:"needed_by,omitempty"`
-	Detail   string `json:"detail"`
-	Fix      string `json:"fix,omitempty"`
+	// Unknown says that the check could not tell (OK is then false): its
+	// probe failed, and Detail says why.
+	Unknown bool   `json:"unknown,omitempty"`
+	Detail  string `json:"detail"`
+	Fix     string `json:"fix,omitempty"`
 }
 
 // Status runs every check ccload relies on and reports each, passing or
@@ -65,10 +68,12 @@ func featureChecks() []Check {
 	cgroup := optionalCheck("cgroup v2",
 		"ccload int enable, ccload onramp enable (their sockops programs attach to the cgroup v2 root)",
 		"mounted at "+root, err, "mount it: mount -t cgroup2 none /sys/fs/cgroup")
+	fqErr := qdisc.ProbeFQ()
 	fq := optionalCheck("sch_fq",
 		"ccload onramp enable, to hold paused flows (--observe needs no fq); ccload bench --scenario onramp",
-		"the fq qdisc can be installed (CONFIG_NET_SCH_FQ)", qdisc.ProbeFQ(),
+		"the fq qdisc can be installed (CONFIG_NET_SCH_FQ)", fqErr,
 		"the probe could not tell: run ccload status as root (it makes a network namespace for the probe)")
+	fq.Unknown = fqErr != nil && !errors.Is(fqErr, qdisc.ErrNoFQ)
 	return []Check{cgroup, fq}
 }
 

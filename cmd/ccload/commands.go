@@ -129,7 +129,11 @@ with its fix, and does not fail the command.`,
 			} else {
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 				for _, ch := range checks {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, yesNo(ch.OK), ch.Detail)
+					answer := yesNo(ch.OK)
+					if ch.Unknown {
+						answer = "?"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Name, answer, ch.Detail)
 					if !ch.Required {
 						fmt.Fprintf(tw, "\t\tneeded by: %s\n", ch.NeededBy)
 					}

@@ -261,6 +261,7 @@ func TestStatusCLI(t *testing.T) {
 			Required bool   `json:"required"`
 			NeededBy string `json:"needed_by"`
 			Fix      string `json:"fix"`
+			Unknown  bool   `json:"unknown"`
 		} `json:"checks"`
 	}
 	decode(t, &st, "status", "--json")
@@ -270,6 +271,8 @@ func TestStatusCLI(t *testing.T) {
 	optional := 0
 	for _, c := range st.Checks {
 		switch {
+		case c.Unknown:
+			t.Errorf("check %s could not tell, as root: %+v", c.Name, c)
 		case c.Required && !c.OK:
 			t.Errorf("required check %s failed, yet status passed", c.Name)
 		case !c.Required:
@@ -306,7 +309,8 @@ func TestMissingCapabilities(t *testing.T) {
 		{[]string{"clock", "run", "--peers", "198.18.0.1", "--duration", "1s"}, []string{"missing CAP_BPF", "fix:"}},
 		// Fails on the required capabilities; the sch_fq probe cannot
 		// make its namespace, and says so with a fix.
-		{[]string{"status"}, []string{"capabilities", "missing CAP_BPF", "sch_fq", "needed by:", "run ccload status as root", "required checks failed"}},
+		{[]string{"status"}, []string{"capabilities", "missing CAP_BPF", "probe for sch_fq", "needed by:", "run ccload status as root", "required checks failed"}},
+		{[]string{"status", "--json"}, []string{`"name": "sch_fq"`, `"unknown": true`, `"ok": false`}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[:min(2, len(tt.args))], "_"), func(t *testing.T) {
