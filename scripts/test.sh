@@ -71,7 +71,10 @@ trap 'rm -f "$host_events"' EXIT
 go tool gotestsum --jsonfile "$host_events" --format testname --format-hide-empty-pkg -- -count=1 -p 1 -timeout 20m ./... || status=1
 
 step "vmtests: the kernel tests on Debian's 6.1 and 6.12 kernels"
-go run ./vmtests --kernel 6.1 --kernel 6.12 --host-skips "$host_events" || status=1
+# CCLOAD_UPDATE_README=README.md also rewrites the README's supported-kernels
+# table from this run (vmtests --update-readme).
+go run ./vmtests --kernel 6.1 --kernel 6.12 --host-skips "$host_events" \
+	${CCLOAD_UPDATE_README:+--update-readme "$CCLOAD_UPDATE_README"} || status=1
 
 # The guest bench path end to end: the kernel's dctcp and bpf_dctcp on a
 # real AQM (fq_codel, which this host lacks). It asserts that the bench ran
