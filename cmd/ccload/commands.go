@@ -88,6 +88,13 @@ another build than the one attached.`,
 	return c
 }
 
+// statusReport is what `ccload status --json` prints: whether every
+// required check passed, and each check.
+type statusReport struct {
+	OK     bool           `json:"ok"`
+	Checks []loader.Check `json:"checks"`
+}
+
 func newStatusCmd(a *app) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -120,10 +127,7 @@ with its fix, and does not fail the command.`,
 				}
 			}
 			if asJSON {
-				if err := a.printJSON(struct {
-					OK     bool           `json:"ok"`
-					Checks []loader.Check `json:"checks"`
-				}{failed == 0, checks}); err != nil {
+				if err := a.printJSON(statusReport{OK: failed == 0, Checks: checks}); err != nil {
 					return err
 				}
 			} else {

@@ -253,17 +253,7 @@ func TestStatusCLI(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
-	var st struct {
-		OK     bool `json:"ok"`
-		Checks []struct {
-			Name     string `json:"name"`
-			OK       bool   `json:"ok"`
-			Required bool   `json:"required"`
-			NeededBy string `json:"needed_by"`
-			Fix      string `json:"fix"`
-			Unknown  bool   `json:"unknown"`
-		} `json:"checks"`
-	}
+	var st statusReport
 	decode(t, &st, "status", "--json")
 	if !st.OK {
 		t.Errorf("status --json: ok is false: %+v", st)
