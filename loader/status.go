@@ -72,7 +72,7 @@ func featureChecks() []Check {
 	fq := optionalCheck("sch_fq",
 		"ccload onramp enable, to hold paused flows (--observe needs no fq); ccload bench --scenario onramp",
 		"the fq qdisc can be installed (CONFIG_NET_SCH_FQ)", fqErr,
-		"the probe could not tell: run ccload status as root (it makes a network namespace for the probe)")
+		"the probe could not tell: it needs CAP_SYS_ADMIN to make a network namespace; run ccload status as root on the host")
 	fq.Unknown = fqErr != nil && !errors.Is(fqErr, qdisc.ErrNoFQ)
 	return []Check{cgroup, fq}
 }

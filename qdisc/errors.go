@@ -11,6 +11,9 @@ import (
 // a module; `modprobe sch_fq` loads it.
 var ErrNoFQ = errors.New("kernel lacks sch_fq (modprobe sch_fq)")
 
+// noFQFix is the fix of every error that says the kernel has no sch_fq.
+const noFQFix = "load it with `modprobe sch_fq`, or build the kernel with CONFIG_NET_SCH_FQ=m"
+
 // ErrNoClsact is returned by Attach when it needs a clsact qdisc (kernels
 // without TCX) and the kernel has no sch_ingress, the module that
 // provides clsact.

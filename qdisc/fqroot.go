@@ -372,7 +372,7 @@ func (d *rootDev) deleteMQ() error {
 // noFQError says that the kernel has no sch_fq. It wraps ErrNoFQ and err.
 func noFQError(iface string, err error) error {
 	return kernel.NewError(kernel.KindKernelTooOld,
-		"load it with `modprobe sch_fq`, or build the kernel with CONFIG_NET_SCH_FQ=m (`ccload onramp enable --observe` measures without pausing, and needs no fq)",
+		noFQFix+" (`ccload onramp enable --observe` measures without pausing, and needs no fq)",
 		fmt.Errorf("%w: %w", ErrNoFQ, err),
 		"this kernel has no fq qdisc (CONFIG_NET_SCH_FQ) to put at the root of %s", iface)
 }

@@ -39,9 +39,7 @@ func probeFQHere() error {
 	}
 	q, err := InstallFQ("lo", FQConfig{})
 	if errors.Is(err, ErrNoFQ) {
-		return kernel.NewError(kernel.KindKernelTooOld,
-			"load it with `modprobe sch_fq`, or build the kernel with CONFIG_NET_SCH_FQ=m",
-			err, "this kernel has no fq qdisc (CONFIG_NET_SCH_FQ)")
+		return kernel.NewError(kernel.KindKernelTooOld, noFQFix, err, "this kernel has no fq qdisc (CONFIG_NET_SCH_FQ)")
 	}
 	if err != nil {
 		return fmt.Errorf("probe for sch_fq: %w", err)
