@@ -356,34 +356,17 @@ func installFQOn(t testing.TB, h *testbed.Host, iface string) *qdisc.FQ {
 	return q
 }
 
-// requireFQ skips t, naming sch_fq, where the kernel has none.
+// requireFQ skips t, naming sch_fq, where the kernel has none
+// (qdisc.ProbeFQ, the probe of `ccload status`).
 func requireFQ(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := testbed.NewPair(ctx, "")
-	if err != nil {
-		t.Fatalf("build netns pair: %v", err)
-	}
-	defer func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("tear down netns pair: %v", err)
-		}
-	}()
-	iface := ifaceOf(t, p.A)
-	err = p.A.Do(func() error {
-		q, err := qdisc.InstallFQ(iface, qdisc.FQConfig{})
-		if err != nil {
-			return err
-		}
-		return q.Close()
-	})
+	err := qdisc.ProbeFQ()
 	if errors.Is(err, qdisc.ErrNoFQ) {
-		t.Logf("install fq: %v", err)
+		t.Logf("probe for fq: %v", err)
 		testutil.SkipKernelLacks(t, fqFeature)
 	}
 	if err != nil {
-		t.Fatalf("install fq on %s in %s: %v", iface, p.A.Name, err)
+		t.Fatalf("probe for fq: %v", err)
 	}
 }
 
